@@ -1,0 +1,430 @@
+// The ferry command-line tool: convert, run, inspect.
+//
+// Every failure ends as one line `ferry: error: <what>` on stderr and a
+// non-zero exit status (2 for usage errors, 1 otherwise); no partial output
+// file is ever left behind (writers go through a temporary name + rename).
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "checkpoint.h"
+#include "convert.h"
+#include "error.h"
+#include "ferry/ferry.h"
+#include "ferry/ferry_generated.h"
+#include "mapped_file.h"
+#include "model_writer.h"
+#include "modules.h"
+#include "npy.h"
+
+namespace {
+
+using namespace ferry::conv;
+
+struct UsageError : Error {
+  using Error::Error;
+};
+
+const char* kUsage =
+    "usage:\n"
+    "  ferry convert IN.pt OUT.fb [--graph SPEC] [--batch-first] [--key NAME]\n"
+    "  ferry run MODEL.fb --input X.npy --output Y.npy [--backend auto|reference]\n"
+    "                     [--stream] [--lengths L1,L2,...]\n"
+    "  ferry inspect FILE            (a checkpoint, or a .fb model)\n"
+    "  ferry --version\n"
+    "\n"
+    "--graph is a chain of module paths and ops, e.g. \"lstm > last > fc\";\n"
+    "ops: last, relu, tanh, sigmoid, softmax, identity; an RNN may be written rnn(relu).\n";
+
+// Minimal flag parser: positional arguments and --flag [value].
+struct Args {
+  std::vector<std::string> positional;
+  std::map<std::string, std::string> values;
+  std::set<std::string> flags;
+
+  Args(int argc, char** argv, int first, const std::set<std::string>& valued,
+       const std::set<std::string>& boolean) {
+    for (int i = first; i < argc; ++i) {
+      const std::string a = argv[i];
+      if (a.size() > 2 && a.compare(0, 2, "--") == 0) {
+        if (valued.count(a)) {
+          if (i + 1 >= argc) throw UsageError(a + " needs a value");
+          values[a] = argv[++i];
+        } else if (boolean.count(a)) {
+          flags.insert(a);
+        } else {
+          throw UsageError("unknown option '" + a + "'");
+        }
+      } else {
+        positional.push_back(a);
+      }
+    }
+  }
+  std::optional<std::string> get(const std::string& k) const {
+    auto it = values.find(k);
+    if (it == values.end()) return std::nullopt;
+    return it->second;
+  }
+};
+
+std::string shape_str(const std::vector<int64_t>& s) {
+  std::string out = "[";
+  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
+  return out + "]";
+}
+
+std::string basename_of(const std::string& path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+std::string locations_of(const Checkpoint& c) {
+  std::set<std::string> locs;
+  for (const TensorRef& t : c.tensors)
+    if (t.storage) locs.insert(t.storage->location);
+  std::string s;
+  for (const std::string& l : locs) s += (s.empty() ? "" : ", ") + l;
+  return s.empty() ? "none" : s;
+}
+
+// ------------------------------------------------------------------ convert
+
+int cmd_convert(int argc, char** argv) {
+  Args args(argc, argv, 2, {"--graph", "--key", "--quantize", "--calibration"}, {"--batch-first"});
+  if (args.positional.size() != 2) throw UsageError("convert takes IN and OUT.fb");
+  const std::string in = args.positional[0], out = args.positional[1];
+  if (auto q = args.get("--quantize"); q && *q != "f32") {
+    throw UsageError("--quantize " + *q + " is not available in this version (only f32)");
+  }
+  MappedFile file(in);
+  LoadOptions load;
+  load.key = args.get("--key").value_or("");
+  const Checkpoint checkpoint = load_checkpoint(file, load);
+  const ModuleSet modules = group_modules(checkpoint);
+  ConvertOptions options;
+  options.graph = args.get("--graph");
+  if (args.flags.count("--batch-first")) options.batch_first = true;
+  options.key = load.key;
+  ConvertResult result = plan_conversion(checkpoint, modules, options);
+  ModelPlan& plan = result.plan;
+  plan.source_file = basename_of(in);
+  plan.source_sha256 = sha256_hex(file.data(), file.size());
+  plan.source_format = checkpoint.form;
+  plan.converter_version = std::string("ferry ") + FERRY_VERSION_STRING;
+
+  std::printf("read     %s: %s, %zu tensors, storages on %s\n", in.c_str(), checkpoint.form.c_str(),
+              checkpoint.tensors.size(), locations_of(checkpoint).c_str());
+  std::printf("graph    %s%s\n", result.graph.c_str(), result.graph_inferred ? "  (inferred)" : "");
+  std::printf("layout   %s (%s)\n", plan.batch_first ? "batch-first [B,T,F]" : "time-major [T,B,F]",
+              result.batch_first_source.c_str());
+  for (size_t i = 0; i < plan.layers.size(); ++i) {
+    const LayerPlan& l = plan.layers[i];
+    const Module* m = modules.find(l.name);
+    std::printf("layer %zu  %-10s %s  %u -> %u\n", i, l.name.c_str(), m ? m->describe().c_str() : "",
+                l.input_size, l.output_size);
+  }
+  size_t ignored = 0;
+  for (const MappingRow& r : plan.mapping) {
+    if (r.layer >= 0) continue;
+    if (ignored++ < 8) std::printf("ignored  %s (%s)\n", r.source_key.c_str(), r.role.c_str());
+  }
+  if (ignored > 8) std::printf("ignored  ... and %zu more (see ferry inspect)\n", ignored - 8);
+  for (const std::string& n : result.notes) std::fprintf(stderr, "ferry: note: %s\n", n.c_str());
+
+  const std::vector<uint8_t> bytes = build_model(plan);
+  write_file_atomic(out, bytes);
+  const auto* model = ferry::fb::GetModel(bytes.data());
+  std::printf("wrote    %s: %zu bytes (weights %u bytes), streaming arena (batch 1): %llu bytes\n",
+              out.c_str(), bytes.size(), model->weights() ? model->weights()->size() : 0u,
+              static_cast<unsigned long long>(model->arena_bytes_stream_b1()));
+  return 0;
+}
+
+// ---------------------------------------------------------------------- run
+
+struct LoadedModel {
+  MappedFile file;
+  ferry_model* model = nullptr;
+  explicit LoadedModel(const std::string& path) : file(path) {
+    if (ferry_model_load(file.data(), file.size(), nullptr, &model) != FERRY_OK) {
+      throw Error("'" + path + "': " + ferry_last_error());
+    }
+  }
+  ~LoadedModel() { ferry_model_free(model); }
+};
+
+void check(ferry_status st, const std::string& what) {
+  if (st != FERRY_OK) throw Error(what + ": " + ferry_last_error());
+}
+
+ferry_backend parse_backend(const std::string& b) {
+  if (b == "auto") return FERRY_BACKEND_AUTO;
+  if (b == "reference") return FERRY_BACKEND_REFERENCE;
+  if (b == "simd") return FERRY_BACKEND_SIMD;
+  if (b == "xnnpack") return FERRY_BACKEND_XNNPACK;
+  if (b == "cuda") return FERRY_BACKEND_CUDA;
+  throw UsageError("--backend '" + b + "': expected auto, reference, simd, xnnpack or cuda");
+}
+
+std::vector<int32_t> parse_lengths(const std::string& text) {
+  std::vector<int32_t> out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t comma = text.find(',', start);
+    const std::string item = text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    char* end = nullptr;
+    const long v = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || v < 1 || v > (1L << 30)) {
+      throw UsageError("--lengths: '" + item + "' is not a positive integer");
+    }
+    out.push_back(static_cast<int32_t>(v));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+void print_output(const NpyArray& y) {
+  // Rows of the last axis; long outputs are abbreviated.
+  const size_t cols = y.shape.empty() ? 1 : y.shape.back();
+  const size_t rows = cols ? y.data.size() / cols : 0;
+  std::string shape;
+  for (size_t i = 0; i < y.shape.size(); ++i) shape += (i ? ", " : "") + std::to_string(y.shape[i]);
+  std::printf("output [%s]\n", shape.c_str());
+  for (size_t r = 0; r < rows && r < 8; ++r) {
+    std::printf("  ");
+    for (size_t c = 0; c < cols && c < 10; ++c) std::printf("% .6f ", y.data[r * cols + c]);
+    std::printf("%s\n", cols > 10 ? "..." : "");
+  }
+  if (rows > 8) std::printf("  ... (%zu rows)\n", rows);
+}
+
+int cmd_run(int argc, char** argv) {
+  Args args(argc, argv, 2, {"--input", "--output", "--backend", "--lengths", "--threads"}, {"--stream", "--quiet"});
+  if (args.positional.size() != 1) throw UsageError("run takes one MODEL.fb");
+  const auto input_path = args.get("--input");
+  const auto output_path = args.get("--output");
+  if (!input_path || !output_path) throw UsageError("run needs --input X.npy and --output Y.npy");
+  if (auto t = args.get("--threads"); t && *t != "1") {
+    throw UsageError("--threads " + *t + ": this version runs single-threaded (--threads 1)");
+  }
+  LoadedModel lm(args.positional[0]);
+  ferry_model_info info{};
+  info.struct_size = sizeof(info);
+  check(ferry_model_get_info(lm.model, &info), "model info");
+
+  const NpyArray x = read_npy(*input_path);
+  size_t batch = 0, seq = 1, features = 0;
+  if (info.has_time_axis) {
+    if (x.shape.size() != 3) {
+      throw Error("'" + *input_path + "': the model takes a 3-D input " +
+                  (info.batch_first ? "[batch, time, features]" : "[time, batch, features]") +
+                  ", the file holds " + std::to_string(x.shape.size()) + "-D");
+    }
+    batch = info.batch_first ? x.shape[0] : x.shape[1];
+    seq = info.batch_first ? x.shape[1] : x.shape[0];
+    features = x.shape[2];
+  } else {
+    if (x.shape.size() != 2) {
+      throw Error("'" + *input_path + "': the model takes a 2-D input [batch, features], the file holds " +
+                  std::to_string(x.shape.size()) + "-D");
+    }
+    batch = x.shape[0];
+    features = x.shape[1];
+  }
+  if (features != info.input_size) {
+    throw Error("'" + *input_path + "': " + std::to_string(features) + " features per step, the model takes " +
+                std::to_string(info.input_size));
+  }
+  if (batch == 0 || seq == 0) throw Error("'" + *input_path + "': empty input");
+  std::vector<int32_t> lengths;
+  if (auto l = args.get("--lengths")) {
+    lengths = parse_lengths(*l);
+    if (lengths.size() != batch) {
+      throw UsageError("--lengths gives " + std::to_string(lengths.size()) + " values for a batch of " +
+                       std::to_string(batch));
+    }
+    for (int32_t v : lengths)
+      if (static_cast<size_t>(v) > seq) throw UsageError("--lengths: " + std::to_string(v) + " exceeds the " + std::to_string(seq) + " steps of the input");
+  }
+  const bool stream = args.flags.count("--stream") != 0;
+  if (stream && !lengths.empty()) throw UsageError("--stream and --lengths do not combine");
+
+  ferry_session_options opt;
+  ferry_session_options_init(&opt);
+  opt.max_batch = batch;
+  opt.max_seq = stream ? 1 : seq;
+  opt.backend = parse_backend(args.get("--backend").value_or("auto"));
+  size_t arena_bytes = 0;
+  check(ferry_arena_size(lm.model, opt.max_batch, opt.max_seq, &arena_bytes), "arena size");
+  void* arena = std::aligned_alloc(FERRY_ALIGNMENT, (arena_bytes + FERRY_ALIGNMENT - 1) / FERRY_ALIGNMENT * FERRY_ALIGNMENT);
+  if (!arena) throw Error("cannot allocate a " + std::to_string(arena_bytes) + "-byte arena");
+  struct Free { void* p; ~Free() { std::free(p); } } free_arena{arena};
+  ferry_session* session = nullptr;
+  check(ferry_session_init(lm.model, &opt, arena, arena_bytes, &session), "session");
+
+  size_t out_floats = 0;
+  check(ferry_output_floats(lm.model, batch, seq, &out_floats), "output size");
+  NpyArray y;
+  y.data.assign(out_floats, 0.0f);
+  if (!info.has_time_axis || !info.output_is_sequence) {
+    y.shape = {batch, info.output_size};
+  } else if (info.batch_first) {
+    y.shape = {batch, seq, info.output_size};
+  } else {
+    y.shape = {seq, batch, info.output_size};
+  }
+
+  const auto t0 = std::chrono::steady_clock::now();
+  if (!stream) {
+    check(ferry_run(session, x.data.data(), batch, seq, lengths.empty() ? nullptr : lengths.data(),
+                    y.data.data(), y.data.size()),
+          "run");
+  } else {
+    const size_t I = info.input_size, F = info.output_size;
+    std::vector<float> xt(batch * I), yt(batch * F);
+    for (size_t t = 0; t < seq; ++t) {
+      for (size_t b = 0; b < batch; ++b) {
+        const size_t src = info.batch_first ? (b * seq + t) * I : (t * batch + b) * I;
+        std::memcpy(&xt[b * I], &x.data[src], I * sizeof(float));
+      }
+      check(ferry_step(session, xt.data(), batch, yt.data(), yt.size()), "step " + std::to_string(t));
+      if (info.output_is_sequence) {
+        for (size_t b = 0; b < batch; ++b) {
+          const size_t dst = info.batch_first ? (b * seq + t) * F : (t * batch + b) * F;
+          std::memcpy(&y.data[dst], &yt[b * F], F * sizeof(float));
+        }
+      } else if (t + 1 == seq) {
+        y.data = yt;
+      }
+    }
+  }
+  const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  write_npy(*output_path, y);
+  if (!args.flags.count("--quiet")) print_output(y);
+  std::printf("ran      %zu x %zu steps%s in %.3f ms (reference backend, arena %zu bytes); wrote %s\n", batch, seq,
+              stream ? " one step at a time" : "", ms, arena_bytes, output_path->c_str());
+  return 0;
+}
+
+// ------------------------------------------------------------------ inspect
+
+int inspect_model(const std::string& path) {
+  LoadedModel lm(path);
+  const auto* m = ferry::fb::GetModel(lm.file.data());
+  std::printf("%s: ferry model, format %u.%u, %zu bytes\n", path.c_str(), m->format_major(),
+              m->format_minor(), lm.file.size());
+  std::printf("input    %u features, %s\n", m->input_size(),
+              m->batch_first() ? "batch-first [B,T,F]" : "time-major [T,B,F]");
+  std::printf("output   %u features%s\n", m->output_size(), m->output_is_sequence() ? " per time step" : " ([B,F])");
+  std::printf("arena    %llu bytes for streaming at batch 1\n",
+              static_cast<unsigned long long>(m->arena_bytes_stream_b1()));
+  for (uint32_t i = 0; i < m->layers()->size(); ++i) {
+    const auto* l = m->layers()->Get(i);
+    std::printf("layer %u  %-10s %-8s %u -> %u", i, l->name() ? l->name()->c_str() : "",
+                ferry::fb::EnumNameLayerKind(l->kind()), l->input_size(), l->output_size());
+    if (l->hidden_size()) {
+      std::printf("  hidden %u, layers %u%s", l->hidden_size(), l->num_layers(),
+                  l->bidirectional() ? ", bidirectional" : "");
+      if (l->proj_size()) std::printf(", proj %u", l->proj_size());
+    }
+    std::printf("\n");
+  }
+  if (m->tensors()) {
+    for (uint32_t i = 0; i < m->tensors()->size(); ++i) {
+      const auto* t = m->tensors()->Get(i);
+      std::string shape;
+      for (uint32_t d = 0; t->shape() && d < t->shape()->size(); ++d)
+        shape += (d ? ", " : "") + std::to_string(t->shape()->Get(d));
+      std::printf("tensor %-3u %-28s %s [%s] @%llu, %llu bytes\n", i, t->name() ? t->name()->c_str() : "",
+                  ferry::fb::EnumNameDType(t->dtype()), shape.c_str(),
+                  static_cast<unsigned long long>(t->offset()), static_cast<unsigned long long>(t->size()));
+    }
+  }
+  if (const auto* p = m->provenance()) {
+    std::printf("source   %s (%s), sha256 %s\n", p->source_file() ? p->source_file()->c_str() : "?",
+                p->source_format() ? p->source_format()->c_str() : "?",
+                p->source_sha256() ? p->source_sha256()->c_str() : "?");
+    std::printf("made by  %s\n", p->converter_version() ? p->converter_version()->c_str() : "?");
+    if (p->mapping()) {
+      for (const auto* r : *p->mapping()) {
+        std::printf("map      %-32s -> %s %s\n", r->source_key() ? r->source_key()->c_str() : "",
+                    r->layer() >= 0 ? ("layer " + std::to_string(r->layer())).c_str() : "ignored:",
+                    r->role() ? r->role()->c_str() : "");
+      }
+    }
+  }
+  return 0;
+}
+
+int inspect_checkpoint(const std::string& path, const std::string& key) {
+  MappedFile file(path);
+  LoadOptions load;
+  load.key = key;
+  const Checkpoint c = load_checkpoint(file, load);
+  std::printf("%s: %s, %zu bytes, sha256 %s\n", path.c_str(), c.form.c_str(), file.size(),
+              sha256_hex(file.data(), file.size()).c_str());
+  std::printf("%-40s %-9s %-16s %-8s %10s  %s\n", "tensor", "dtype", "shape", "location", "bytes", "storage");
+  for (const TensorRef& t : c.tensors) {
+    const uint64_t bytes = static_cast<uint64_t>(t.numel()) * dtype_size(t.dtype);
+    std::printf("%-40s %-9s %-16s %-8s %10llu  %s%s\n", t.name.c_str(), dtype_name(t.dtype),
+                shape_str(t.shape).c_str(), t.storage ? t.storage->location.c_str() : "-",
+                static_cast<unsigned long long>(bytes), t.storage ? t.storage->key.c_str() : "-",
+                t.offset ? (" +" + std::to_string(t.offset)).c_str() : "");
+  }
+  for (const auto& [k, v] : c.attributes) std::printf("attr     %s = %s\n", k.c_str(), v.c_str());
+  const ModuleSet modules = group_modules(c);
+  for (const Module& m : modules.modules) std::printf("module   %-20s %s\n", m.path.c_str(), m.describe().c_str());
+  for (const auto& [k, why] : modules.ignored) std::printf("ignored  %s (%s)\n", k.c_str(), why.c_str());
+  return 0;
+}
+
+int cmd_inspect(int argc, char** argv) {
+  Args args(argc, argv, 2, {"--key"}, {});
+  if (args.positional.size() != 1) throw UsageError("inspect takes one FILE");
+  const std::string& path = args.positional[0];
+  bool is_model = false;
+  {
+    MappedFile f(path);
+    is_model = f.size() >= 8 && std::memcmp(f.data() + 4, ferry::fb::ModelIdentifier(), 4) == 0;
+  }
+  return is_model ? inspect_model(path) : inspect_checkpoint(path, args.get("--key").value_or(""));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "help")) {
+    std::fputs(kUsage, argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  const std::string cmd = argv[1];
+  try {
+    if (cmd == "--version") {
+      std::printf("ferry %s (model format %d.%d)\n", FERRY_VERSION_STRING, FERRY_FORMAT_MAJOR, FERRY_FORMAT_MINOR);
+      return 0;
+    }
+    if (cmd == "convert") return cmd_convert(argc, argv);
+    if (cmd == "run") return cmd_run(argc, argv);
+    if (cmd == "inspect") return cmd_inspect(argc, argv);
+    throw UsageError("unknown command '" + cmd + "' (convert, run, inspect)");
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "ferry: error: %s\n%s", e.what(), kUsage);
+    return 2;
+  } catch (const Error& e) {
+    std::fprintf(stderr, "ferry: error: %s\n", e.what());
+    return 1;
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "ferry: error: out of memory\n");
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ferry: error: internal: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,176 @@
+/*
+ * ferry runtime — C API.
+ *
+ * Runs recurrent/linear networks (LSTM, GRU, RNN, Linear and activations)
+ * stored in a ferry model file (`.fb`, made by `ferry convert`), on the
+ * caller's memory. One header; every call returns a ferry_status; results come
+ * back through `*_out` pointers placed last.
+ *
+ * Lifecycle
+ *   ferry_model_load     verify the model bytes and build a view over them
+ *   ferry_arena_size     exact bytes a session needs for (max_batch, max_seq)
+ *   ferry_session_init   lay a session out in the caller's arena
+ *   ferry_run            whole sequence          } any number of times,
+ *   ferry_step           one time step, state    } no allocation
+ *   ferry_state_get/set/reset                    }
+ *
+ * Ownership (read this once)
+ *   - The model bytes belong to the caller and must stay valid and unchanged
+ *     for as long as the model or any session made from it is used. Weights
+ *     are read in place: loading copies no weights.
+ *   - The arena belongs to the caller and must outlive its session. A session
+ *     lives entirely inside its arena; there is nothing to free.
+ *   - The model handle is allocated with malloc by ferry_model_load, unless
+ *     ferry_model_options.handle_memory is given (then nothing is allocated);
+ *     ferry_model_free releases it and never frees caller memory.
+ *   - Many sessions may share one model; one session must not be used from two
+ *     threads at once.
+ *
+ * Errors
+ *   A malformed model file gives FERRY_INVALID_MODEL, never a crash or an
+ *   abort. ferry_last_error() returns a message naming the field at fault for
+ *   the last failing call on this thread.
+ */
+#ifndef FERRY_FERRY_H_
+#define FERRY_FERRY_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum ferry_status {
+  FERRY_OK = 0,
+  FERRY_INVALID_ARGUMENT = 1, /* a null pointer, a zero or too large size */
+  FERRY_INVALID_MODEL = 2,    /* the model bytes fail verification */
+  FERRY_UNSUPPORTED = 3,      /* valid, but not supported by this build */
+  FERRY_ARENA_TOO_SMALL = 4,  /* ferry_arena_size() says how much is needed */
+  FERRY_INVALID_STATE = 5,    /* call out of order, e.g. batch > max_batch */
+} ferry_status;
+
+/* "FERRY_OK", "FERRY_INVALID_MODEL", ... Never NULL. */
+const char* ferry_status_string(ferry_status status);
+
+/* Message for the last failing call on this thread ("" if none). */
+const char* ferry_last_error(void);
+
+/* Version of the library ("0.1.0") and of the model format it reads. */
+const char* ferry_version(void);
+#define FERRY_FORMAT_MAJOR 1
+#define FERRY_FORMAT_MINOR 0
+
+/* Arena and handle memory must be aligned to this many bytes. */
+#define FERRY_ALIGNMENT 64
+
+typedef struct ferry_model ferry_model;
+typedef struct ferry_session ferry_session;
+
+/* ---------------------------------------------------------------- model -- */
+
+typedef struct ferry_model_options {
+  size_t struct_size;  /* sizeof(ferry_model_options) */
+  /* Optional: where the model handle lives (no allocation then). At least
+   * ferry_model_handle_size() bytes, FERRY_ALIGNMENT-aligned. */
+  void* handle_memory;
+  size_t handle_memory_size;
+} ferry_model_options;
+
+/* Bytes a model handle needs when placed in caller memory. */
+size_t ferry_model_handle_size(void);
+
+/* Verifies `data` (the whole model file, 4-byte aligned at least; 64 for the
+ * SIMD kernels' best speed) and returns a handle viewing it. `options` may be
+ * NULL. */
+ferry_status ferry_model_load(const void* data, size_t size,
+                              const ferry_model_options* options,
+                              ferry_model** model_out);
+
+/* Releases the handle (if ferry_model_load allocated it). NULL is a no-op. */
+void ferry_model_free(ferry_model* model);
+
+typedef struct ferry_model_info {
+  size_t struct_size;      /* set by the caller: sizeof(ferry_model_info) */
+  size_t input_size;       /* features per time step */
+  size_t output_size;      /* features of the output */
+  int batch_first;         /* 1: [B,T,F] input and output; 0: [T,B,F] */
+  int output_is_sequence;  /* 0 when the chain contains `last`: output [B,F] */
+  int has_time_axis;       /* 0 for a Linear-only model: input [B,F] */
+  int streamable;          /* 1 if ferry_step is supported (no bidirectional) */
+  size_t num_layers;       /* elements of the chain */
+  size_t state_floats;     /* floats of recurrent state per batch sample */
+} ferry_model_info;
+
+ferry_status ferry_model_get_info(const ferry_model* model, ferry_model_info* info_out);
+
+/* -------------------------------------------------------------- session -- */
+
+/* Exact arena bytes for a session that runs batches up to `max_batch` and
+ * sequences up to `max_seq` steps (max_seq 1 for streaming only). */
+ferry_status ferry_arena_size(const ferry_model* model, size_t max_batch,
+                              size_t max_seq, size_t* bytes_out);
+
+typedef enum ferry_backend {
+  FERRY_BACKEND_AUTO = 0,
+  FERRY_BACKEND_REFERENCE = 1,
+  FERRY_BACKEND_SIMD = 2,
+  FERRY_BACKEND_XNNPACK = 3,
+  FERRY_BACKEND_CUDA = 4,
+} ferry_backend;
+
+typedef struct ferry_session_options {
+  size_t struct_size;  /* sizeof(ferry_session_options) */
+  size_t max_batch;    /* >= 1 */
+  size_t max_seq;      /* >= 1 */
+  ferry_backend backend;
+} ferry_session_options;
+
+/* Fills defaults: max_batch 1, max_seq 1, backend auto. */
+void ferry_session_options_init(ferry_session_options* options);
+
+/* Lays a session out in `arena` (FERRY_ALIGNMENT-aligned, at least
+ * ferry_arena_size() bytes). The recurrent state starts at zero. */
+ferry_status ferry_session_init(const ferry_model* model,
+                                const ferry_session_options* options,
+                                void* arena, size_t arena_size,
+                                ferry_session** session_out);
+
+/* Runs a whole sequence. `input` holds batch*seq*input_size floats in the
+ * model's layout ([B,T,I] batch-first, else [T,B,I]; [B,I] without a time
+ * axis). `lengths` is NULL (every sample has `seq` steps) or `batch` values in
+ * 1..seq: each sample's valid steps; outputs past a sample's length are zero,
+ * `last` takes each sample's own last valid step. The run starts from the
+ * session's state and leaves the final state there (call ferry_state_reset
+ * between independent sequences). `output` receives
+ * ferry_output_floats(batch, seq) floats; `output_capacity` is its size in
+ * floats. */
+ferry_status ferry_run(ferry_session* session, const float* input,
+                       size_t batch, size_t seq, const int32_t* lengths,
+                       float* output, size_t output_capacity);
+
+/* Runs one time step on `input` [B,I], carrying the state; `output` gets
+ * [B,output_size]. Running T steps one by one gives exactly the output of the
+ * whole-sequence run. FERRY_UNSUPPORTED for a bidirectional model. */
+ferry_status ferry_step(ferry_session* session, const float* input, size_t batch,
+                        float* output, size_t output_capacity);
+
+/* Floats of output for a run of (batch, seq). */
+ferry_status ferry_output_floats(const ferry_model* model, size_t batch, size_t seq,
+                                 size_t* floats_out);
+
+/* Recurrent state of every recurrent layer, for `batch` samples, in chain
+ * order; per layer [num_layers*D][B][H_out] hidden, then for LSTM
+ * [num_layers*D][B][H] cell. ferry_model_info.state_floats per sample.
+ * set is how h0/c0 are passed. */
+ferry_status ferry_state_get(const ferry_session* session, size_t batch,
+                             float* state_out, size_t capacity);
+ferry_status ferry_state_set(ferry_session* session, size_t batch,
+                             const float* state, size_t count);
+ferry_status ferry_state_reset(ferry_session* session);
+
+#ifdef __cplusplus
+}  /* extern "C" */
+#endif
+
+#endif  /* FERRY_FERRY_H_ */

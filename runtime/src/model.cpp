@@ -1,0 +1,353 @@
+// ferry_model_load: verification and the internal view.
+//
+// Two layers of checks, both always on:
+//  1. the FlatBuffers verifier (every offset and vector inside the buffer);
+//  2. ferry's own checks: enum values known, every tensor index in range,
+//     every tensor window inside the weight blob and 64-byte aligned, every
+//     shape product overflow-checked and equal to what its layer needs, the
+//     chain's feature widths consistent from input to output.
+// Nothing is trusted that was not checked here; kernels index without checks.
+#include <stdlib.h>
+#include <string.h>
+
+#include <new>
+
+#include "ferry/ferry_generated.h"
+#include "model.h"
+#include "status.h"
+
+namespace ferry {
+namespace {
+
+namespace fb = ::ferry::fb;
+
+struct Loader {
+  const uint8_t* bytes;
+  const fb::Model* m;
+  ferry_model* out;
+
+  // Resolves tensor `index` of `layer_index` as float32 with `rank` dims equal
+  // to `dims`. `role` names the tensor in messages ("lstm cell 1 w_hh").
+  ferry_status tensor(int64_t index, uint32_t layer_index, const char* role,
+                      uint32_t rank, const uint32_t* dims, const float** data_out) {
+    const auto* tensors = m->tensors();
+    const uint32_t count = tensors ? tensors->size() : 0;
+    if (index < 0 || index >= static_cast<int64_t>(count)) {
+      return fail(FERRY_INVALID_MODEL,
+                  "layers[%u] %s: tensor index %lld out of range (model has %u tensors)",
+                  layer_index, role, static_cast<long long>(index), count);
+    }
+    const fb::Tensor* t = tensors->Get(static_cast<uint32_t>(index));
+    if (t->dtype() != fb::DType::F32) {
+      if (static_cast<unsigned>(t->dtype()) > static_cast<unsigned>(fb::DType::MAX)) {
+        return fail(FERRY_INVALID_MODEL, "tensors[%lld].dtype: unknown value %u",
+                    static_cast<long long>(index), static_cast<unsigned>(t->dtype()));
+      }
+      return fail(FERRY_UNSUPPORTED, "tensors[%lld] (%s): dtype %s is not supported by this runtime",
+                  static_cast<long long>(index), role, fb::EnumNameDType(t->dtype()));
+    }
+    if (t->layout() != fb::TensorLayout::RowMajor) {
+      return fail(FERRY_UNSUPPORTED, "tensors[%lld] (%s): layout %u is not supported",
+                  static_cast<long long>(index), role, static_cast<unsigned>(t->layout()));
+    }
+    const auto* shape = t->shape();
+    const uint32_t got_rank = shape ? shape->size() : 0;
+    if (got_rank != rank) {
+      return fail(FERRY_INVALID_MODEL, "tensors[%lld] (%s): rank %u, layer needs %u",
+                  static_cast<long long>(index), role, got_rank, rank);
+    }
+    uint64_t elements = 1;
+    for (uint32_t i = 0; i < rank; ++i) {
+      if (shape->Get(i) != dims[i]) {
+        return fail(FERRY_INVALID_MODEL, "tensors[%lld] (%s): shape[%u] is %u, layer needs %u",
+                    static_cast<long long>(index), role, i, shape->Get(i), dims[i]);
+      }
+      if (__builtin_mul_overflow(elements, static_cast<uint64_t>(dims[i]), &elements)) {
+        return fail(FERRY_INVALID_MODEL, "tensors[%lld] (%s): shape product overflows",
+                    static_cast<long long>(index), role);
+      }
+    }
+    uint64_t nbytes = 0;
+    if (__builtin_mul_overflow(elements, uint64_t{4}, &nbytes) || t->size() != nbytes) {
+      return fail(FERRY_INVALID_MODEL, "tensors[%lld] (%s): size %llu bytes, shape needs %llu",
+                  static_cast<long long>(index), role,
+                  static_cast<unsigned long long>(t->size()),
+                  static_cast<unsigned long long>(nbytes));
+    }
+    const auto* blob = m->weights();
+    const uint64_t blob_size = blob ? blob->size() : 0;
+    uint64_t end = 0;
+    if (__builtin_add_overflow(t->offset(), t->size(), &end) || end > blob_size) {
+      return fail(FERRY_INVALID_MODEL,
+                  "tensors[%lld] (%s): bytes [%llu, +%llu) lie outside the %llu-byte weight blob",
+                  static_cast<long long>(index), role,
+                  static_cast<unsigned long long>(t->offset()),
+                  static_cast<unsigned long long>(t->size()),
+                  static_cast<unsigned long long>(blob_size));
+    }
+    if (t->offset() % FERRY_ALIGNMENT != 0) {
+      return fail(FERRY_INVALID_MODEL, "tensors[%lld] (%s): offset %llu is not %d-byte aligned",
+                  static_cast<long long>(index), role,
+                  static_cast<unsigned long long>(t->offset()), FERRY_ALIGNMENT);
+    }
+    *data_out = reinterpret_cast<const float*>(blob->data() + t->offset());
+    return FERRY_OK;
+  }
+
+  ferry_status optional_tensor(int64_t index, uint32_t layer_index, const char* role,
+                               uint32_t rank, const uint32_t* dims, const float** data_out) {
+    *data_out = nullptr;
+    if (index == -1) return FERRY_OK;
+    return tensor(index, layer_index, role, rank, dims, data_out);
+  }
+
+  ferry_status recurrent(uint32_t li, const fb::Layer* l, Layer* layer, uint32_t width) {
+    const char* name = fb::EnumNameLayerKind(l->kind());
+    const uint32_t h = l->hidden_size();
+    const uint32_t p = l->proj_size();
+    if (h == 0 || h > kMaxFeatures) {
+      return fail(FERRY_INVALID_MODEL, "layers[%u] (%s): hidden_size %u out of range", li, name, h);
+    }
+    if (p != 0 && (layer->op != Op::kLstm || p >= h)) {
+      return fail(FERRY_INVALID_MODEL,
+                  "layers[%u] (%s): proj_size %u invalid (LSTM only, < hidden_size %u)", li,
+                  name, p, h);
+    }
+    if (l->num_layers() == 0 || l->num_layers() > kMaxCells) {
+      return fail(FERRY_INVALID_MODEL, "layers[%u] (%s): num_layers %u out of range", li, name,
+                  l->num_layers());
+    }
+    layer->hidden = h;
+    layer->h_out = p ? p : h;
+    layer->gates = layer->op == Op::kLstm ? 4 : layer->op == Op::kGru ? 3 : 1;
+    layer->num_layers = l->num_layers();
+    layer->dirs = l->bidirectional() ? 2 : 1;
+    layer->in = width;
+    layer->out = layer->dirs * layer->h_out;
+    const uint32_t ncells = layer->num_layers * layer->dirs;
+    const auto* cells = l->cells();
+    if (!cells || cells->size() != ncells) {
+      return fail(FERRY_INVALID_MODEL, "layers[%u] (%s).cells: %u entries, num_layers x directions = %u",
+                  li, name, cells ? cells->size() : 0u, ncells);
+    }
+    if (out->num_cells + ncells > kMaxCells) {
+      return fail(FERRY_UNSUPPORTED, "layers[%u] (%s): more than %u recurrent cells in the model",
+                  li, name, kMaxCells);
+    }
+    layer->first_cell = out->num_cells;
+    const uint32_t rows = layer->gates * h;
+    for (uint32_t c = 0; c < ncells; ++c) {
+      const fb::RecurrentCell* fc = cells->Get(c);
+      Cell& cell = out->cells[out->num_cells + c];
+      cell.in = c < layer->dirs ? width : layer->dirs * layer->h_out;
+      const uint32_t ih[2] = {rows, cell.in};
+      const uint32_t hh[2] = {rows, layer->h_out};
+      const uint32_t b[1] = {rows};
+      const uint32_t bhn[1] = {h};
+      const uint32_t hr[2] = {p, h};
+      ferry_status s;
+      if ((s = tensor(fc->w_ih(), li, "w_ih", 2, ih, &cell.w_ih)) != FERRY_OK) return s;
+      if ((s = tensor(fc->w_hh(), li, "w_hh", 2, hh, &cell.w_hh)) != FERRY_OK) return s;
+      if ((s = optional_tensor(fc->bias(), li, "bias", 1, b, &cell.bias)) != FERRY_OK) return s;
+      if (layer->op == Op::kGru) {
+        if ((s = optional_tensor(fc->b_hn(), li, "b_hn", 1, bhn, &cell.b_hn)) != FERRY_OK) return s;
+      } else if (fc->b_hn() != -1) {
+        return fail(FERRY_INVALID_MODEL, "layers[%u] (%s).cells[%u].b_hn: set on a non-GRU layer", li, name, c);
+      }
+      if (p) {
+        if ((s = tensor(fc->w_hr(), li, "w_hr", 2, hr, &cell.w_hr)) != FERRY_OK) return s;
+      } else if (fc->w_hr() != -1) {
+        return fail(FERRY_INVALID_MODEL, "layers[%u] (%s).cells[%u].w_hr: set without proj_size", li, name, c);
+      }
+    }
+    out->num_cells += ncells;
+    layer->state_floats = ncells * layer->h_out + (layer->op == Op::kLstm ? ncells * h : 0);
+    layer->state_offset = out->state_floats;
+    if (__builtin_add_overflow(out->state_floats, layer->state_floats, &out->state_floats)) {
+      return fail(FERRY_INVALID_MODEL, "layers[%u] (%s): state size overflows", li, name);
+    }
+    if (rows > out->max_gate_rows) out->max_gate_rows = rows;
+    if (h > out->max_hidden) out->max_hidden = h;
+    if (layer->dirs == 2) out->streamable = false;
+    return FERRY_OK;
+  }
+
+  ferry_status build() {
+    if (m->format_major() != FERRY_FORMAT_MAJOR) {
+      return fail(FERRY_UNSUPPORTED, "format_major %u: this runtime reads format %d.x",
+                  m->format_major(), FERRY_FORMAT_MAJOR);
+    }
+    const auto* blob = m->weights();
+    if (blob && (blob->data() - bytes) % FERRY_ALIGNMENT != 0) {
+      return fail(FERRY_INVALID_MODEL, "weights: blob at file offset %lld is not %d-byte aligned",
+                  static_cast<long long>(blob->data() - bytes), FERRY_ALIGNMENT);
+    }
+    if (blob && reinterpret_cast<uintptr_t>(blob->data()) % alignof(float) != 0) {
+      return fail(FERRY_INVALID_ARGUMENT, "model bytes must be at least 4-byte aligned in memory");
+    }
+    const auto* layers = m->layers();
+    const uint32_t n = layers ? layers->size() : 0;
+    if (n == 0) return fail(FERRY_INVALID_MODEL, "layers: the model has no layers");
+    if (n > kMaxChain) return fail(FERRY_UNSUPPORTED, "layers: %u elements, at most %u", n, kMaxChain);
+    const uint32_t input_size = m->input_size();
+    if (input_size == 0 || input_size > kMaxFeatures) {
+      return fail(FERRY_INVALID_MODEL, "input_size %u out of range", input_size);
+    }
+    out->batch_first = m->batch_first();
+    out->input_size = input_size;
+    out->max_features = input_size;
+    uint32_t width = input_size;
+    bool time_axis = false;     // set by the first recurrent layer
+    bool collapsed = false;     // after Last
+    for (uint32_t i = 0; i < n; ++i) {
+      const fb::Layer* l = layers->Get(i);
+      Layer& layer = out->layers[i];
+      const unsigned kind = static_cast<unsigned>(l->kind());
+      if (kind > static_cast<unsigned>(fb::LayerKind::MAX)) {
+        return fail(FERRY_UNSUPPORTED, "layers[%u].kind: unknown value %u (a newer format?)", i, kind);
+      }
+      layer.op = static_cast<Op>(kind);  // the enums share values (static_asserts below)
+      layer.in = width;
+      layer.out = width;
+      ferry_status s = FERRY_OK;
+      switch (layer.op) {
+        case Op::kLstm: case Op::kGru: case Op::kRnnTanh: case Op::kRnnRelu:
+          if (collapsed) {
+            return fail(FERRY_INVALID_MODEL, "layers[%u]: a recurrent layer after `last`", i);
+          }
+          if (l->input_size() != width) {
+            return fail(FERRY_INVALID_MODEL, "layers[%u].input_size: %u, the chain gives %u", i,
+                        l->input_size(), width);
+          }
+          s = recurrent(i, l, &layer, width);
+          time_axis = true;
+          break;
+        case Op::kLinear: {
+          const uint32_t o = l->output_size();
+          if (l->input_size() != width || o == 0 || o > kMaxFeatures) {
+            return fail(FERRY_INVALID_MODEL, "layers[%u] (Linear): %u -> %u, the chain gives %u inputs",
+                        i, l->input_size(), o, width);
+          }
+          const uint32_t w[2] = {o, width};
+          const uint32_t b[1] = {o};
+          layer.out = o;
+          if ((s = tensor(l->weight(), i, "weight", 2, w, &layer.weight)) != FERRY_OK) return s;
+          s = optional_tensor(l->bias(), i, "bias", 1, b, &layer.bias);
+          break;
+        }
+        case Op::kLast:
+          if (!time_axis || collapsed) {
+            return fail(FERRY_INVALID_MODEL, "layers[%u]: `last` needs a time axis (after a recurrent layer)", i);
+          }
+          collapsed = true;
+          break;
+        default:
+          break;
+      }
+      if (s != FERRY_OK) return s;
+      width = layer.out;
+      if (width > out->max_features) out->max_features = width;
+    }
+    if (m->output_size() != width) {
+      return fail(FERRY_INVALID_MODEL, "output_size %u, the chain gives %u", m->output_size(), width);
+    }
+    const bool seq_out = time_axis && !collapsed;
+    if (m->output_is_sequence() != seq_out) {
+      return fail(FERRY_INVALID_MODEL, "output_is_sequence is %d, the chain gives %d",
+                  m->output_is_sequence() ? 1 : 0, seq_out ? 1 : 0);
+    }
+    out->num_layers = n;
+    out->output_size = width;
+    out->has_time_axis = time_axis;
+    out->output_is_sequence = seq_out;
+    return FERRY_OK;
+  }
+};
+
+static_assert(static_cast<int>(fb::LayerKind::LSTM) == static_cast<int>(Op::kLstm), "enum");
+static_assert(static_cast<int>(fb::LayerKind::GRU) == static_cast<int>(Op::kGru), "enum");
+static_assert(static_cast<int>(fb::LayerKind::RNN_TANH) == static_cast<int>(Op::kRnnTanh), "enum");
+static_assert(static_cast<int>(fb::LayerKind::RNN_RELU) == static_cast<int>(Op::kRnnRelu), "enum");
+static_assert(static_cast<int>(fb::LayerKind::Linear) == static_cast<int>(Op::kLinear), "enum");
+static_assert(static_cast<int>(fb::LayerKind::Last) == static_cast<int>(Op::kLast), "enum");
+static_assert(static_cast<int>(fb::LayerKind::Softmax) == static_cast<int>(Op::kSoftmax), "enum");
+static_assert(static_cast<int>(fb::LayerKind::Identity) == static_cast<int>(Op::kIdentity), "enum");
+
+}  // namespace
+}  // namespace ferry
+
+extern "C" size_t ferry_model_handle_size(void) { return sizeof(ferry_model); }
+
+extern "C" ferry_status ferry_model_load(const void* data, size_t size,
+                                         const ferry_model_options* options,
+                                         ferry_model** model_out) {
+  using namespace ferry;
+  clear_error();
+  if (!model_out) return fail(FERRY_INVALID_ARGUMENT, "model_out is NULL");
+  *model_out = nullptr;
+  if (!data) return fail(FERRY_INVALID_ARGUMENT, "data is NULL");
+  if (size < 8) return fail(FERRY_INVALID_MODEL, "file is %zu bytes, too small for a model", size);
+  if (size > FLATBUFFERS_MAX_BUFFER_SIZE) {
+    return fail(FERRY_INVALID_MODEL, "file is %zu bytes, above the format's 2 GiB limit", size);
+  }
+  if (reinterpret_cast<uintptr_t>(data) % alignof(float) != 0) {
+    return fail(FERRY_INVALID_ARGUMENT, "model bytes must be at least 4-byte aligned in memory");
+  }
+  const uint8_t* bytes = static_cast<const uint8_t*>(data);
+  if (!fb::ModelBufferHasIdentifier(bytes)) {
+    return fail(FERRY_INVALID_MODEL, "file identifier is not \"%s\": not a ferry model file",
+                fb::ModelIdentifier());
+  }
+  flatbuffers::Verifier verifier(bytes, size, /*max_depth=*/64, /*max_tables=*/1000000);
+  if (!fb::VerifyModelBuffer(verifier)) {
+    return fail(FERRY_INVALID_MODEL, "FlatBuffers verification failed: an offset, vector or table lies outside the file");
+  }
+
+  void* memory = nullptr;
+  bool owned = false;
+  if (options && options->struct_size >= sizeof(ferry_model_options) && options->handle_memory) {
+    if (options->handle_memory_size < sizeof(ferry_model) ||
+        reinterpret_cast<uintptr_t>(options->handle_memory) % alignof(ferry_model) != 0) {
+      return fail(FERRY_INVALID_ARGUMENT, "handle_memory: needs %zu bytes, %zu-byte aligned",
+                  sizeof(ferry_model), alignof(ferry_model));
+    }
+    memory = options->handle_memory;
+  } else {
+    memory = malloc(sizeof(ferry_model));
+    if (!memory) return fail(FERRY_INVALID_ARGUMENT, "out of memory for the model handle");
+    owned = true;
+  }
+  ferry_model* model = new (memory) ferry_model();
+  model->bytes = bytes;
+  model->size = size;
+  model->owned_handle = owned;
+  Loader loader{bytes, fb::GetModel(bytes), model};
+  const ferry_status status = loader.build();
+  if (status != FERRY_OK) {
+    if (owned) free(memory);
+    return status;
+  }
+  *model_out = model;
+  return FERRY_OK;
+}
+
+extern "C" void ferry_model_free(ferry_model* model) {
+  if (model && model->owned_handle) free(model);
+}
+
+extern "C" ferry_status ferry_model_get_info(const ferry_model* model, ferry_model_info* info) {
+  using namespace ferry;
+  if (!model || !info) return fail(FERRY_INVALID_ARGUMENT, "model or info_out is NULL");
+  if (info->struct_size < sizeof(ferry_model_info)) {
+    return fail(FERRY_INVALID_ARGUMENT, "info_out->struct_size must be sizeof(ferry_model_info)");
+  }
+  info->input_size = model->input_size;
+  info->output_size = model->output_size;
+  info->batch_first = model->batch_first;
+  info->output_is_sequence = model->output_is_sequence;
+  info->has_time_axis = model->has_time_axis;
+  info->streamable = model->streamable;
+  info->num_layers = model->num_layers;
+  info->state_floats = model->state_floats;
+  return FERRY_OK;
+}
