@@ -10,7 +10,7 @@ packages=(
   libflatbuffers-dev flatbuffers-compiler
   libxnnpack-dev libpthreadpool-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  python3-numpy
+  nlohmann-json3-dev
 )
 # Extra groups, asked for by name: FERRY_DEPS="fixtures bench".
 for group in ${FERRY_DEPS:-}; do

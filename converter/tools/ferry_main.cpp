@@ -4,6 +4,7 @@
 // non-zero exit status (2 for usage errors, 1 otherwise); no partial output
 // file is ever left behind (writers go through a temporary name + rename).
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -35,7 +36,7 @@ const char* kUsage =
     "usage:\n"
     "  ferry convert IN.pt OUT.fb [--graph SPEC] [--batch-first] [--key NAME]\n"
     "  ferry run MODEL.fb --input X.npy --output Y.npy [--backend auto|reference]\n"
-    "                     [--stream] [--lengths L1,L2,...]\n"
+    "                     [--stream] [--lengths L1,L2,...] [--expect Y.npy [--tolerance 1e-5]]\n"
     "  ferry inspect FILE            (a checkpoint, or a .fb model)\n"
     "  ferry --version\n"
     "\n"
@@ -206,7 +207,8 @@ void print_output(const NpyArray& y) {
 }
 
 int cmd_run(int argc, char** argv) {
-  Args args(argc, argv, 2, {"--input", "--output", "--backend", "--lengths", "--threads"}, {"--stream", "--quiet"});
+  Args args(argc, argv, 2, {"--input", "--output", "--backend", "--lengths", "--threads", "--expect", "--tolerance"},
+            {"--stream", "--quiet"});
   if (args.positional.size() != 1) throw UsageError("run takes one MODEL.fb");
   const auto input_path = args.get("--input");
   const auto output_path = args.get("--output");
@@ -310,6 +312,21 @@ int cmd_run(int argc, char** argv) {
   if (!args.flags.count("--quiet")) print_output(y);
   std::printf("ran      %zu x %zu steps%s in %.3f ms (reference backend, arena %zu bytes); wrote %s\n", batch, seq,
               stream ? " one step at a time" : "", ms, arena_bytes, output_path->c_str());
+  if (auto expect_path = args.get("--expect")) {
+    const NpyArray want = read_npy(*expect_path);
+    if (want.shape != y.shape) throw Error("'" + *expect_path + "': shape differs from the output's");
+    const std::string tol_text = args.get("--tolerance").value_or("1e-5");
+    char* end = nullptr;
+    const double tol = std::strtod(tol_text.c_str(), &end);
+    if (*end != '\0' || !(tol >= 0)) throw UsageError("--tolerance '" + tol_text + "' is not a number >= 0");
+    double worst = 0;
+    for (size_t i = 0; i < y.data.size(); ++i) {
+      const double e = std::fabs(double{y.data[i]} - double{want.data[i]});
+      if (!(e <= worst)) worst = e;  // NaN counts as the worst
+    }
+    std::printf("check    max abs error vs %s: %.3g (tolerance %g)\n", expect_path->c_str(), worst, tol);
+    if (!(worst <= tol)) throw Error("output differs from '" + *expect_path + "' by " + std::to_string(worst));
+  }
   return 0;
 }
 
