@@ -47,7 +47,7 @@ uint64_t TensorPlan::numel() const {
   return n;
 }
 
-std::vector<uint8_t> build_model(const ModelPlan& plan) {
+ModelBytes build_model(const ModelPlan& plan, const Progress& progress) {
   // Blob layout: each tensor at a 64-byte-aligned offset, in plan order.
   std::vector<uint64_t> offsets(plan.tensors.size());
   uint64_t blob_size = 0;
@@ -70,6 +70,7 @@ std::vector<uint8_t> build_model(const ModelPlan& plan) {
   std::memset(blob, 0, static_cast<size_t>(blob_size));
   for (size_t i = 0; i < plan.tensors.size(); ++i) {
     plan.tensors[i].fill(reinterpret_cast<float*>(blob + offsets[i]));
+    if (progress) progress(i + 1 < plan.tensors.size() ? offsets[i + 1] : blob_size, blob_size);
   }
 
   std::vector<flatbuffers::Offset<fb::Tensor>> tensors;
@@ -99,6 +100,12 @@ std::vector<uint8_t> build_model(const ModelPlan& plan) {
       fbb, fbb.CreateString(plan.source_file), fbb.CreateString(plan.source_sha256),
       fbb.CreateString(plan.source_format), fbb.CreateString(plan.converter_version),
       fbb.CreateVector(mapping));
+  flatbuffers::Offset<fb::SelfTest> selftest;
+  if (plan.selftest.batch > 0) {
+    const SelfTestPlan& st = plan.selftest;
+    selftest = fb::CreateSelfTest(fbb, st.batch, st.seq, fbb.CreateVector(st.input),
+                                  fbb.CreateVector(st.output), st.tolerance);
+  }
   fb::ModelBuilder mb(fbb);
   mb.add_format_major(FERRY_FORMAT_MAJOR);
   mb.add_format_minor(FERRY_FORMAT_MINOR);
@@ -111,10 +118,11 @@ std::vector<uint8_t> build_model(const ModelPlan& plan) {
   mb.add_output_is_sequence(plan.output_is_sequence);
   mb.add_arena_bytes_stream_b1(~uint64_t{0});  // placeholder, set below
   mb.add_provenance(provenance);
+  if (!selftest.IsNull()) mb.add_selftest(selftest);
   fbb.Finish(mb.Finish(), fb::ModelIdentifier());
 
-  std::vector<uint8_t> bytes(fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize());
-  fbb.Clear();
+  auto buffer = std::make_shared<flatbuffers::DetachedBuffer>(fbb.Release());
+  ModelBytes bytes(buffer, buffer->data(), buffer->size());
 
   // Verify with the runtime itself, and record the streaming arena size.
   ferry_model* model = nullptr;
@@ -125,17 +133,17 @@ std::vector<uint8_t> build_model(const ModelPlan& plan) {
   const ferry_status st = ferry_arena_size(model, 1, 1, &arena);
   ferry_model_free(model);
   if (st != FERRY_OK) throw Error(std::string("internal: arena size: ") + ferry_last_error());
-  fb::GetMutableModel(bytes.data())->mutate_arena_bytes_stream_b1(arena);
+  fb::GetMutableModel(bytes.mutable_data())->mutate_arena_bytes_stream_b1(arena);
   return bytes;
 }
 
-void write_file_atomic(const std::string& path, const std::vector<uint8_t>& bytes) {
+void write_file_atomic(const std::string& path, const uint8_t* data, size_t size) {
   const std::string tmp = path + ".tmp." + std::to_string(getpid());
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw Error("cannot create '" + tmp + "': " + std::strerror(errno));
   size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+  while (done < size) {
+    const ssize_t n = ::write(fd, data + done, size - done);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) {
       const std::string why = std::strerror(errno);

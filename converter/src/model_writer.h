@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,14 @@ struct MappingRow {
   std::string role;     // or the reason it was ignored
 };
 
+// Golden vectors stored in the file for `ferry selftest`: an input in the
+// model's layout and the output it must give.
+struct SelfTestPlan {
+  uint32_t batch = 0, seq = 0;
+  std::vector<float> input, output;
+  float tolerance = 0;
+};
+
 struct ModelPlan {
   std::vector<LayerPlan> layers;
   std::vector<TensorPlan> tensors;
@@ -53,14 +62,38 @@ struct ModelPlan {
   // Provenance.
   std::string source_file, source_sha256, source_format, converter_version;
   std::vector<MappingRow> mapping;
+  SelfTestPlan selftest;  // written when batch > 0
+};
+
+// Called while weights are written: (bytes done, bytes total).
+using Progress = std::function<void(uint64_t, uint64_t)>;
+
+// The finished model file, held in the builder's own buffer (no second copy).
+class ModelBytes {
+ public:
+  ModelBytes() = default;
+  ModelBytes(std::shared_ptr<void> owner, uint8_t* data, size_t size)
+      : owner_(std::move(owner)), data_(data), size_(size) {}
+  const uint8_t* data() const { return data_; }
+  uint8_t* mutable_data() { return data_; }
+  size_t size() const { return size_; }
+  std::vector<uint8_t> to_vector() const { return {data_, data_ + size_}; }
+
+ private:
+  std::shared_ptr<void> owner_;
+  uint8_t* data_ = nullptr;
+  size_t size_ = 0;
 };
 
 // Builds the model file in memory and verifies it with the runtime's loader
 // (a failure there is a converter bug and throws Error).
-std::vector<uint8_t> build_model(const ModelPlan& plan);
+ModelBytes build_model(const ModelPlan& plan, const Progress& progress = nullptr);
 
 // Writes `bytes` to `path` through a temporary file in the same folder and a
 // rename; on any failure nothing is left at `path` (or the old file stays).
-void write_file_atomic(const std::string& path, const std::vector<uint8_t>& bytes);
+void write_file_atomic(const std::string& path, const uint8_t* data, size_t size);
+inline void write_file_atomic(const std::string& path, const std::vector<uint8_t>& bytes) {
+  write_file_atomic(path, bytes.data(), bytes.size());
+}
 
 }  // namespace ferry::conv

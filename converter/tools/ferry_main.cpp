@@ -138,8 +138,8 @@ int cmd_convert(int argc, char** argv) {
   if (ignored > 8) std::printf("ignored  ... and %zu more (see ferry inspect)\n", ignored - 8);
   for (const std::string& n : result.notes) std::fprintf(stderr, "ferry: note: %s\n", n.c_str());
 
-  const std::vector<uint8_t> bytes = build_model(plan);
-  write_file_atomic(out, bytes);
+  const ModelBytes bytes = build_model(plan);
+  write_file_atomic(out, bytes.data(), bytes.size());
   const auto* model = ferry::fb::GetModel(bytes.data());
   std::printf("wrote    %s: %zu bytes (weights %u bytes), streaming arena (batch 1): %llu bytes\n",
               out.c_str(), bytes.size(), model->weights() ? model->weights()->size() : 0u,

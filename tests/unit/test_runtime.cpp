@@ -29,7 +29,7 @@ std::vector<uint8_t> convert_fixture(const std::string& name, const std::string&
   ConvertOptions o;
   o.graph = graph;
   o.batch_first = batch_first;
-  return build_model(plan_conversion(c, m, o).plan);
+  return build_model(plan_conversion(c, m, o).plan).to_vector();
 }
 
 struct AlignedBuffer {
