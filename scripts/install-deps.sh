@@ -10,13 +10,25 @@ packages=(
   libflatbuffers-dev flatbuffers-compiler
   libxnnpack-dev libpthreadpool-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  nlohmann-json3-dev
+  nlohmann-json3-dev libssl-dev
 )
-# Extra groups, asked for by name: FERRY_DEPS="fixtures bench".
+# Extra groups, asked for by name: FERRY_DEPS="fixtures bench cross".
+foreign_archs=()
 for group in ${FERRY_DEPS:-}; do
   case "$group" in
     fixtures) packages+=(python3-torch python3-statsmodels) ;;
     bench) packages+=(libtorch-dev libopenblas-dev python3-torch) ;;
+    cross)
+      # Cross compilers + qemu-user for the aarch64/armv7 test runs
+      # (scripts/cross-test.sh), and the bare-metal toolchain with newlib for
+      # the Cortex-M firmware build (examples/firmware).
+      packages+=(g++-aarch64-linux-gnu g++-arm-linux-gnueabihf qemu-user
+                 gcc-arm-none-eabi binutils-arm-none-eabi libnewlib-arm-none-eabi
+                 libstdc++-arm-none-eabi-newlib libstdc++-arm-none-eabi-dev)
+      # The target's XNNPACK is fetched with `apt-get download pkg:arm64` and
+      # unpacked into a private sysroot, never installed (Debian's XNNPACK is
+      # not multi-arch co-installable); apt only has to know the architectures.
+      foreign_archs+=(arm64 armhf) ;;
     *) echo "install-deps: unknown group '$group'" >&2; exit 2 ;;
   esac
 done
@@ -28,7 +40,12 @@ for p in "${packages[@]}"; do
   fi
 done
 
-if [ ${#missing[@]} -eq 0 ]; then
+missing_archs=()
+for a in "${foreign_archs[@]}"; do
+  dpkg --print-foreign-architectures | grep -qx "$a" || missing_archs+=("$a")
+done
+
+if [ ${#missing[@]} -eq 0 ] && [ ${#missing_archs[@]} -eq 0 ]; then
   echo "install-deps: all ${#packages[@]} packages present"
   exit 0
 fi
@@ -39,6 +56,14 @@ if [ "$(id -u)" -ne 0 ]; then
   SUDO="sudo"
 fi
 
-echo "install-deps: installing ${missing[*]}"
-$SUDO apt-get update -q
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+for a in "${missing_archs[@]}"; do
+  echo "install-deps: adding foreign architecture $a (package lists only)"
+  $SUDO dpkg --add-architecture "$a"
+done
+# A mirror that is mid-sync fails one index now and then; apt-get install
+# below still fails loudly if a package really cannot be found.
+$SUDO apt-get update -q || echo "install-deps: warning: apt-get update reported errors, continuing" >&2
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "install-deps: installing ${missing[*]}"
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi

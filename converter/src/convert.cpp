@@ -18,7 +18,7 @@ std::vector<uint32_t> u32_shape(const TensorRef& t) {
 
 class PlanBuilder {
  public:
-  PlanBuilder(ModelPlan& plan) : plan_(plan) {}
+  PlanBuilder(ModelPlan& plan, const MappedFile* source) : plan_(plan), source_(source) {}
 
   // A tensor copied (converted to float32) from the checkpoint.
   int copy(const TensorRef& t, const std::string& name, int layer, const std::string& role) {
@@ -26,9 +26,11 @@ class PlanBuilder {
     tp.name = name;
     tp.shape = u32_shape(t);
     const TensorRef* src = &t;
-    tp.fill = [src](float* dst) {
+    const MappedFile* source = source_;
+    tp.fill = [src, source](float* dst) {
       const std::vector<float> v = to_float32(*src);
       std::memcpy(dst, v.data(), v.size() * sizeof(float));
+      if (source && src->storage) release_pages(*source, src->storage->data, src->storage->nbytes);
     };
     map(t.name, layer, role);
     return add(std::move(tp));
@@ -60,6 +62,7 @@ class PlanBuilder {
     return static_cast<int>(plan_.tensors.size() - 1);
   }
   ModelPlan& plan_;
+  const MappedFile* source_;
   std::set<std::string> used_;
 };
 
@@ -116,7 +119,7 @@ void add_recurrent(PlanBuilder& b, LayerPlan& l, const Module& m, int li) {
 }  // namespace
 
 ConvertResult plan_conversion(const Checkpoint& checkpoint, const ModuleSet& modules,
-                              const ConvertOptions& options) {
+                              const ConvertOptions& options, const MappedFile* source) {
   ConvertResult r;
   ModelPlan& plan = r.plan;
   std::vector<GraphElement> chain;
@@ -152,7 +155,7 @@ ConvertResult plan_conversion(const Checkpoint& checkpoint, const ModuleSet& mod
     r.batch_first_source = "PyTorch default (time-major); pass --batch-first if the model was batch_first=True";
   }
 
-  PlanBuilder b(plan);
+  PlanBuilder b(plan, source);
   uint32_t width = 0;
   bool time_axis = false, collapsed = false;
   std::set<std::string> used_modules;

@@ -96,8 +96,9 @@ ModelBytes build_model(const ModelPlan& plan, const Progress& progress) {
     mapping.push_back(fb::CreateMapping(fbb, fbb.CreateString(r.source_key), r.layer,
                                         fbb.CreateString(r.role)));
   }
+  const std::string sha256 = plan.source_sha256_async ? plan.source_sha256_async() : plan.source_sha256;
   const auto provenance = fb::CreateProvenance(
-      fbb, fbb.CreateString(plan.source_file), fbb.CreateString(plan.source_sha256),
+      fbb, fbb.CreateString(plan.source_file), fbb.CreateString(sha256),
       fbb.CreateString(plan.source_format), fbb.CreateString(plan.converter_version),
       fbb.CreateVector(mapping));
   flatbuffers::Offset<fb::SelfTest> selftest;
@@ -153,7 +154,9 @@ void write_file_atomic(const std::string& path, const uint8_t* data, size_t size
     }
     done += static_cast<size_t>(n);
   }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+  // No fsync: like cp or torch.save, durability is left to the OS; the
+  // rename alone guarantees that `path` is never seen half-written.
+  if (::close(fd) != 0) {
     const std::string why = std::strerror(errno);
     ::unlink(tmp.c_str());
     throw Error("cannot write '" + path + "': " + why);

@@ -61,6 +61,9 @@ struct ModelPlan {
   bool output_is_sequence = false;
   // Provenance.
   std::string source_file, source_sha256, source_format, converter_version;
+  // If set, called after the weights are written to obtain source_sha256
+  // (so hashing a large file can run beside the conversion).
+  std::function<std::string()> source_sha256_async;
   std::vector<MappingRow> mapping;
   SelfTestPlan selftest;  // written when batch > 0
 };

@@ -287,10 +287,10 @@ class Unpickler {
   // A length-prefixed payload: the length is checked against the bytes left
   // before anything is allocated.
   std::string payload(uint64_t n) {
-    if (n > limits_.max_string)
+    if (n <= remaining() && n > limits_.max_string)
       fail("string of " + std::to_string(n) + " bytes exceeds the limit of " +
            std::to_string(limits_.max_string));
-    const uint8_t* p = take(n);
+    const uint8_t* p = take(n);  // fails with "truncated" when n > remaining
     return std::string(reinterpret_cast<const char*>(p), static_cast<size_t>(n));
   }
   Value* text(std::string s) {

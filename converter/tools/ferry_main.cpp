@@ -3,7 +3,10 @@
 // Every failure ends as one line `ferry: error: <what>` on stderr and a
 // non-zero exit status (2 for usage errors, 1 otherwise); no partial output
 // file is ever left behind (writers go through a temporary name + rename).
+#include <unistd.h>
+
 #include <chrono>
+#include <future>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -96,6 +99,22 @@ std::string locations_of(const Checkpoint& c) {
 
 // ------------------------------------------------------------------ convert
 
+// A progress bar on stderr while weights are written, only when stderr is a
+// terminal and the input is large enough for it to matter.
+Progress progress_bar(uint64_t input_bytes) {
+  if (input_bytes < (uint64_t{64} << 20) || !isatty(STDERR_FILENO)) return nullptr;
+  return [](uint64_t done, uint64_t total) {
+    const int width = 40;
+    const int filled = total ? static_cast<int>(width * done / total) : width;
+    std::fprintf(stderr, "\rferry: writing weights [%s%s] %3d%% (%llu / %llu MB)%s",
+                 std::string(filled, '#').c_str(), std::string(width - filled, ' ').c_str(),
+                 total ? static_cast<int>(100 * done / total) : 100,
+                 static_cast<unsigned long long>(done >> 20), static_cast<unsigned long long>(total >> 20),
+                 done >= total ? "\n" : "");
+    std::fflush(stderr);
+  };
+}
+
 int cmd_convert(int argc, char** argv) {
   Args args(argc, argv, 2, {"--graph", "--key", "--quantize", "--calibration"}, {"--batch-first"});
   if (args.positional.size() != 2) throw UsageError("convert takes IN and OUT.fb");
@@ -112,10 +131,13 @@ int cmd_convert(int argc, char** argv) {
   options.graph = args.get("--graph");
   if (args.flags.count("--batch-first")) options.batch_first = true;
   options.key = load.key;
-  ConvertResult result = plan_conversion(checkpoint, modules, options);
+  ConvertResult result = plan_conversion(checkpoint, modules, options, &file);
   ModelPlan& plan = result.plan;
   plan.source_file = basename_of(in);
-  plan.source_sha256 = sha256_hex(file.data(), file.size());
+  // Hash the source beside the weight conversion (second core), joined when
+  // the provenance record is written.
+  auto sha256 = std::async(std::launch::async, [&file] { return sha256_file(file); });
+  plan.source_sha256_async = [&sha256] { return sha256.get(); };
   plan.source_format = checkpoint.form;
   plan.converter_version = std::string("ferry ") + FERRY_VERSION_STRING;
 
@@ -138,7 +160,7 @@ int cmd_convert(int argc, char** argv) {
   if (ignored > 8) std::printf("ignored  ... and %zu more (see ferry inspect)\n", ignored - 8);
   for (const std::string& n : result.notes) std::fprintf(stderr, "ferry: note: %s\n", n.c_str());
 
-  const ModelBytes bytes = build_model(plan);
+  const ModelBytes bytes = build_model(plan, progress_bar(file.size()));
   write_file_atomic(out, bytes.data(), bytes.size());
   const auto* model = ferry::fb::GetModel(bytes.data());
   std::printf("wrote    %s: %zu bytes (weights %u bytes), streaming arena (batch 1): %llu bytes\n",
