@@ -190,8 +190,12 @@ class StorageTable {
     const std::string key = storage->key;
     return by_key_.emplace(key, Entry{std::move(storage), info}).first->second;
   }
-  // The element type a storage was declared with.
-  const DTypeInfo& info_of(const Storage* s) const { return by_storage_.at(s); }
+  // The element type a storage was declared with, or nullptr for a storage
+  // this table did not make.
+  const DTypeInfo* info_of(const Storage* s) const {
+    auto it = by_storage_.find(s);
+    return it == by_storage_.end() ? nullptr : &it->second;
+  }
 
  private:
   std::unordered_map<std::string, Entry> by_key_;
@@ -338,7 +342,9 @@ class TensorCollector {
     if (t.storage->kind != Kind::Storage || !t.storage->storage)
       throw Error(what + ": storage argument is a " + std::string(kind_name(t.storage->kind)));
     const std::shared_ptr<const Storage>& storage = t.storage->storage;
-    DTypeInfo info = table_.info_of(storage.get());
+    const DTypeInfo* declared = table_.info_of(storage.get());
+    if (!declared) throw Error(what + ": storage '" + storage->key + "' was not loaded from this file");
+    DTypeInfo info = *declared;
     if (t.dtype) {
       const DTypeInfo* d = dtype_object_info(t.dtype->name);
       if (!d) throw Error(what + ": unknown dtype 'torch." + t.dtype->name + "'");
@@ -589,15 +595,28 @@ std::vector<float> to_float32(const TensorRef& t) {
   std::vector<float> out(static_cast<size_t>(numel));
   if (numel == 0) return out;
 
-  // Walk the view in C order with an index counter; `at` is the element
-  // offset of the current index.
+  // Storage bytes are in the file's byte order; memcpy reads host order.
+  constexpr bool kHostBigEndian = __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__;
+  const bool swap = s.big_endian != kHostBigEndian;
   const size_t rank = t.shape.size();
+
+  // Fast path: a contiguous float32 view in host order is one copy.
+  bool contiguous = true;
+  for (size_t d = 0, expect = 1; d < rank; ++d) {
+    const size_t k = rank - 1 - d;
+    if (t.shape[k] != 1 && t.stride[k] != static_cast<int64_t>(expect)) contiguous = false;
+    expect *= static_cast<size_t>(t.shape[k]);
+  }
+  if (contiguous && !swap && t.dtype == DType::F32) {
+    std::memcpy(out.data(), s.data + static_cast<size_t>(t.offset) * 4, out.size() * 4);
+    return out;
+  }
+
+  // General walk in C order with an index counter; `at` is the element
+  // offset of the current index.
   std::vector<int64_t> index(rank, 0);
   int64_t at = t.offset;
   uint8_t buf[8];
-  // Storage bytes are in the file's byte order; memcpy below reads host order.
-  constexpr bool kHostBigEndian = __BYTE_ORDER__ == __ORDER_BIG_ENDIAN__;
-  const bool swap = s.big_endian != kHostBigEndian;
   for (int64_t i = 0; i < numel; ++i) {
     const uint8_t* p = s.data + static_cast<size_t>(at) * esize;
     if (swap) {

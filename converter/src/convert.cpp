@@ -16,6 +16,17 @@ std::vector<uint32_t> u32_shape(const TensorRef& t) {
   return s;
 }
 
+// A C-contiguous little-endian float32 view: its bytes are the output's.
+bool is_plain_f32(const TensorRef& t) {
+  if (t.dtype != DType::F32 || !t.storage || t.storage->big_endian) return false;
+  int64_t expect = 1;
+  for (size_t d = t.shape.size(); d-- > 0;) {
+    if (t.shape[d] != 1 && t.stride[d] != expect) return false;
+    expect *= t.shape[d];
+  }
+  return true;
+}
+
 class PlanBuilder {
  public:
   PlanBuilder(ModelPlan& plan, const MappedFile* source) : plan_(plan), source_(source) {}
@@ -27,11 +38,22 @@ class PlanBuilder {
     tp.shape = u32_shape(t);
     const TensorRef* src = &t;
     const MappedFile* source = source_;
-    tp.fill = [src, source](float* dst) {
-      const std::vector<float> v = to_float32(*src);
-      std::memcpy(dst, v.data(), v.size() * sizeof(float));
-      if (source && src->storage) release_pages(*source, src->storage->data, src->storage->nbytes);
-    };
+    if (source && is_plain_f32(t) && t.storage->data >= source->data() &&
+        t.storage->data + t.storage->nbytes <= source->data() + source->size()) {
+      // Contiguous little-endian float32 inside the file: a byte copy.
+      tp.source_offset = (t.storage->data - source->data()) + t.offset * 4;
+      tp.fill = [src, source](float* dst, uint64_t begin, uint64_t count) {
+        const uint8_t* p = src->storage->data + (src->offset + begin) * 4;
+        std::memcpy(dst, p, count * 4);
+        release_pages(*source, p, count * 4);
+      };
+    } else {
+      tp.fill = [src, source](float* dst, uint64_t begin, uint64_t count) {
+        const std::vector<float> v = to_float32(*src);
+        std::memcpy(dst, v.data() + begin, count * sizeof(float));
+        if (source && src->storage) release_pages(*source, src->storage->data, src->storage->nbytes);
+      };
+    }
     map(t.name, layer, role);
     return add(std::move(tp));
   }
@@ -41,10 +63,10 @@ class PlanBuilder {
     TensorPlan tp;
     tp.name = name;
     tp.shape = {size};
-    tp.fill = [make, size, name](float* dst) {
+    tp.fill = [make, size, name](float* dst, uint64_t begin, uint64_t count) {
       const std::vector<float> v = make();
-      if (v.size() != size) throw Error("internal: tensor '" + name + "' size mismatch");
-      std::memcpy(dst, v.data(), v.size() * sizeof(float));
+      if (v.size() != size || begin + count > size) throw Error("internal: tensor '" + name + "' size mismatch");
+      std::memcpy(dst, v.data() + begin, count * sizeof(float));
     };
     return add(std::move(tp));
   }

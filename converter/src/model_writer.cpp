@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -47,14 +48,21 @@ uint64_t TensorPlan::numel() const {
   return n;
 }
 
-ModelBytes build_model(const ModelPlan& plan, const Progress& progress) {
-  // Blob layout: each tensor at a 64-byte-aligned offset, in plan order.
+// Blob layout: each tensor at a 64-byte-aligned offset, in plan order.
+std::vector<uint64_t> blob_offsets(const ModelPlan& plan, uint64_t* blob_size) {
   std::vector<uint64_t> offsets(plan.tensors.size());
-  uint64_t blob_size = 0;
+  uint64_t size = 0;
   for (size_t i = 0; i < plan.tensors.size(); ++i) {
-    offsets[i] = blob_size;
-    blob_size = align_up(blob_size + plan.tensors[i].numel() * sizeof(float));
+    offsets[i] = size;
+    size = align_up(size + plan.tensors[i].numel() * sizeof(float));
   }
+  *blob_size = size;
+  return offsets;
+}
+
+ModelBytes build_model(const ModelPlan& plan, const Progress& progress, bool fill_weights) {
+  uint64_t blob_size = 0;
+  const std::vector<uint64_t> offsets = blob_offsets(plan, &blob_size);
   if (blob_size > (uint64_t{1} << 31) - (uint64_t{1} << 24)) {
     throw Error("the weights total " + std::to_string(blob_size) +
                 " bytes, above the 2 GiB a FlatBuffers file can hold");
@@ -67,10 +75,13 @@ ModelBytes build_model(const ModelPlan& plan, const Progress& progress) {
   fbb.ForceVectorAlignment(static_cast<size_t>(blob_size), 1, kAlign);
   uint8_t* blob = nullptr;
   const auto weights = fbb.CreateUninitializedVector(static_cast<size_t>(blob_size), 1, &blob);
-  std::memset(blob, 0, static_cast<size_t>(blob_size));
-  for (size_t i = 0; i < plan.tensors.size(); ++i) {
-    plan.tensors[i].fill(reinterpret_cast<float*>(blob + offsets[i]));
-    if (progress) progress(i + 1 < plan.tensors.size() ? offsets[i + 1] : blob_size, blob_size);
+  if (fill_weights) {
+    std::memset(blob, 0, static_cast<size_t>(blob_size));
+    for (size_t i = 0; i < plan.tensors.size(); ++i) {
+      const TensorPlan& t = plan.tensors[i];
+      t.fill(reinterpret_cast<float*>(blob + offsets[i]), 0, t.numel());
+      if (progress) progress(i + 1 < plan.tensors.size() ? offsets[i + 1] : blob_size, blob_size);
+    }
   }
 
   std::vector<flatbuffers::Offset<fb::Tensor>> tensors;
@@ -138,34 +149,123 @@ ModelBytes build_model(const ModelPlan& plan, const Progress& progress) {
   return bytes;
 }
 
-void write_file_atomic(const std::string& path, const uint8_t* data, size_t size) {
-  const std::string tmp = path + ".tmp." + std::to_string(getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw Error("cannot create '" + tmp + "': " + std::strerror(errno));
-  size_t done = 0;
-  while (done < size) {
-    const ssize_t n = ::write(fd, data + done, size - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      const std::string why = std::strerror(errno);
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      throw Error("cannot write '" + path + "': " + why);
+namespace {
+
+// An output file under a temporary name, renamed into place by commit();
+// removed if destroyed uncommitted (any error path).
+class AtomicFile {
+ public:
+  explicit AtomicFile(const std::string& path) : path_(path), tmp_(path + ".tmp." + std::to_string(getpid())) {
+    fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd_ < 0) throw Error("cannot create '" + tmp_ + "': " + std::strerror(errno));
+  }
+  ~AtomicFile() {
+    if (fd_ >= 0) ::close(fd_);
+    if (!committed_) ::unlink(tmp_.c_str());
+  }
+  int fd() const { return fd_; }
+
+  void write(const uint8_t* data, size_t size) {
+    while (size > 0) {
+      const ssize_t n = ::write(fd_, data, size);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) throw Error("cannot write '" + path_ + "': " + std::strerror(errno));
+      data += n;
+      size -= static_cast<size_t>(n);
     }
-    done += static_cast<size_t>(n);
   }
-  // No fsync: like cp or torch.save, durability is left to the OS; the
-  // rename alone guarantees that `path` is never seen half-written.
-  if (::close(fd) != 0) {
-    const std::string why = std::strerror(errno);
-    ::unlink(tmp.c_str());
-    throw Error("cannot write '" + path + "': " + why);
+
+  void zeros(uint64_t size) {
+    static const uint8_t kZeros[4096] = {};
+    while (size > 0) {
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(size, sizeof(kZeros)));
+      write(kZeros, n);
+      size -= n;
+    }
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string why = std::strerror(errno);
-    ::unlink(tmp.c_str());
-    throw Error("cannot rename '" + tmp + "' to '" + path + "': " + why);
+
+  // Copies `size` bytes at `offset` of `in_fd` to the end of this file inside
+  // the kernel; falls back to read/write where copy_file_range is refused.
+  void copy_from(int in_fd, uint64_t offset, uint64_t size) {
+    loff_t in_off = static_cast<loff_t>(offset);
+    while (size > 0) {
+      const ssize_t n = ::copy_file_range(in_fd, &in_off, fd_, nullptr, size, 0);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) break;
+      size -= static_cast<uint64_t>(n);
+    }
+    std::vector<uint8_t> buf(size ? size_t{1} << 20 : 0);
+    while (size > 0) {
+      const ssize_t n = ::pread(in_fd, buf.data(), static_cast<size_t>(std::min<uint64_t>(size, buf.size())), in_off);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) throw Error("cannot read the source file at offset " + std::to_string(in_off) + ": " + std::strerror(errno));
+      write(buf.data(), static_cast<size_t>(n));
+      in_off += n;
+      size -= static_cast<uint64_t>(n);
+    }
   }
+
+  void commit() {
+    const int fd = fd_;
+    fd_ = -1;
+    // No fsync: like cp or torch.save, durability is left to the OS; the
+    // rename alone guarantees that `path` is never seen half-written.
+    if (::close(fd) != 0) throw Error("cannot write '" + path_ + "': " + std::strerror(errno));
+    if (std::rename(tmp_.c_str(), path_.c_str()) != 0) {
+      throw Error("cannot rename '" + tmp_ + "' to '" + path_ + "': " + std::strerror(errno));
+    }
+    committed_ = true;
+  }
+
+ private:
+  std::string path_, tmp_;
+  int fd_ = -1;
+  bool committed_ = false;
+};
+
+}  // namespace
+
+void write_model_file(const std::string& path, const ModelBytes& bytes, const ModelPlan& plan,
+                      int source_fd, const Progress& progress) {
+  uint64_t blob_size = 0;
+  const std::vector<uint64_t> offsets = blob_offsets(plan, &blob_size);
+  const auto* weights = fb::GetModel(bytes.data())->weights();
+  const uint64_t blob_start = weights ? static_cast<uint64_t>(weights->data() - bytes.data()) : bytes.size();
+  if ((weights ? weights->size() : 0) != blob_size || blob_start + blob_size > bytes.size()) {
+    throw Error("internal: the model's weight blob does not match its plan");
+  }
+  AtomicFile out(path);
+  out.write(bytes.data(), static_cast<size_t>(blob_start));
+  constexpr uint64_t kChunk = uint64_t{1} << 20;  // floats per chunk (4 MiB)
+  std::vector<float> chunk;
+  uint64_t written = 0;
+  for (size_t i = 0; i < plan.tensors.size(); ++i) {
+    const TensorPlan& t = plan.tensors[i];
+    const uint64_t n = t.numel();
+    if (t.source_offset >= 0 && source_fd >= 0) {
+      out.copy_from(source_fd, static_cast<uint64_t>(t.source_offset), n * sizeof(float));
+    } else {
+      chunk.resize(static_cast<size_t>(std::min(n, kChunk)));
+      for (uint64_t begin = 0; begin < n; begin += kChunk) {
+        const uint64_t count = std::min(kChunk, n - begin);
+        t.fill(chunk.data(), begin, count);
+        out.write(reinterpret_cast<const uint8_t*>(chunk.data()), static_cast<size_t>(count * sizeof(float)));
+      }
+    }
+    written = offsets[i] + n * sizeof(float);
+    const uint64_t next = i + 1 < plan.tensors.size() ? offsets[i + 1] : blob_size;
+    out.zeros(next - written);
+    written = next;
+    if (progress) progress(written, blob_size);
+  }
+  out.write(bytes.data() + blob_start + blob_size, static_cast<size_t>(bytes.size() - blob_start - blob_size));
+  out.commit();
+}
+
+void write_file_atomic(const std::string& path, const uint8_t* data, size_t size) {
+  AtomicFile out(path);
+  out.write(data, size);
+  out.commit();
 }
 
 }  // namespace ferry::conv

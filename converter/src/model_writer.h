@@ -12,12 +12,16 @@
 
 namespace ferry::conv {
 
-// A float32 tensor whose values are produced on demand, straight into the
-// output buffer (so a large model is never held twice in memory).
+// A float32 tensor whose values are produced on demand, in ranges, straight
+// into the output (so a large model is never held twice in memory).
 struct TensorPlan {
   std::string name;
   std::vector<uint32_t> shape;
-  std::function<void(float* dst)> fill;  // writes product(shape) floats
+  // Writes elements [begin, begin + count) of the C-order tensor to dst.
+  std::function<void(float* dst, uint64_t begin, uint64_t count)> fill;
+  // When >= 0: the tensor's bytes are exactly the source file's bytes at this
+  // offset (contiguous little-endian float32), copied in the kernel.
+  int64_t source_offset = -1;
 
   uint64_t numel() const;
 };
@@ -89,8 +93,18 @@ class ModelBytes {
 };
 
 // Builds the model file in memory and verifies it with the runtime's loader
-// (a failure there is a converter bug and throws Error).
-ModelBytes build_model(const ModelPlan& plan, const Progress& progress = nullptr);
+// (a failure there is a converter bug and throws Error). With
+// `fill_weights` false the weight blob is left unwritten (and its memory
+// untouched): write_model_file then streams the weights to the file.
+ModelBytes build_model(const ModelPlan& plan, const Progress& progress = nullptr,
+                       bool fill_weights = true);
+
+// Writes a model built with fill_weights=false to `path` (temporary name +
+// rename): the metadata from `bytes`, the weights streamed from the plan in
+// chunks, or copied file-to-file in the kernel from `source_fd` where a
+// tensor is a plain copy of the source. Peak memory: a few MiB.
+void write_model_file(const std::string& path, const ModelBytes& bytes, const ModelPlan& plan,
+                      int source_fd, const Progress& progress = nullptr);
 
 // Writes `bytes` to `path` through a temporary file in the same folder and a
 // rename; on any failure nothing is left at `path` (or the old file stays).

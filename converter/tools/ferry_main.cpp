@@ -3,8 +3,10 @@
 // Every failure ends as one line `ferry: error: <what>` on stderr and a
 // non-zero exit status (2 for usage errors, 1 otherwise); no partial output
 // file is ever left behind (writers go through a temporary name + rename).
+#include <fcntl.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <future>
 #include <cmath>
@@ -37,7 +39,7 @@ struct UsageError : Error {
 
 const char* kUsage =
     "usage:\n"
-    "  ferry convert IN.pt OUT.fb [--graph SPEC] [--batch-first] [--key NAME]\n"
+    "  ferry convert IN.pt OUT.fb [--graph SPEC] [--batch-first] [--key NAME] [--stats]\n"
     "  ferry run MODEL.fb --input X.npy --output Y.npy [--backend auto|reference]\n"
     "                     [--stream] [--lengths L1,L2,...] [--expect Y.npy [--tolerance 1e-5]]\n"
     "  ferry inspect FILE            (a checkpoint, or a .fb model)\n"
@@ -99,6 +101,21 @@ std::string locations_of(const Checkpoint& c) {
 
 // ------------------------------------------------------------------ convert
 
+// This process's peak resident set (VmHWM of its own address space; unlike
+// getrusage it does not include what a parent held before exec).
+std::string peak_rss() {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (!f) return "unknown";
+  char line[256];
+  std::string out = "unknown";
+  while (std::fgets(line, sizeof line, f)) {
+    unsigned long kib = 0;
+    if (std::sscanf(line, "VmHWM: %lu kB", &kib) == 1) out = std::to_string(kib / 1024) + " MiB";
+  }
+  std::fclose(f);
+  return out;
+}
+
 // A progress bar on stderr while weights are written, only when stderr is a
 // terminal and the input is large enough for it to matter.
 Progress progress_bar(uint64_t input_bytes) {
@@ -116,7 +133,8 @@ Progress progress_bar(uint64_t input_bytes) {
 }
 
 int cmd_convert(int argc, char** argv) {
-  Args args(argc, argv, 2, {"--graph", "--key", "--quantize", "--calibration"}, {"--batch-first"});
+  Args args(argc, argv, 2, {"--graph", "--key", "--quantize", "--calibration"}, {"--batch-first", "--stats"});
+  const auto t0 = std::chrono::steady_clock::now();
   if (args.positional.size() != 2) throw UsageError("convert takes IN and OUT.fb");
   const std::string in = args.positional[0], out = args.positional[1];
   if (auto q = args.get("--quantize"); q && *q != "f32") {
@@ -160,12 +178,21 @@ int cmd_convert(int argc, char** argv) {
   if (ignored > 8) std::printf("ignored  ... and %zu more (see ferry inspect)\n", ignored - 8);
   for (const std::string& n : result.notes) std::fprintf(stderr, "ferry: note: %s\n", n.c_str());
 
-  const ModelBytes bytes = build_model(plan, progress_bar(file.size()));
-  write_file_atomic(out, bytes.data(), bytes.size());
+  // Metadata in memory; weights streamed from the source to the file.
+  const ModelBytes bytes = build_model(plan, nullptr, /*fill_weights=*/false);
+  const int source_fd = ::open(in.c_str(), O_RDONLY | O_CLOEXEC);
+  if (source_fd < 0) throw Error("cannot open '" + in + "': " + std::strerror(errno));
+  struct Close { int fd; ~Close() { ::close(fd); } } close_source{source_fd};
+  write_model_file(out, bytes, plan, source_fd, progress_bar(file.size()));
   const auto* model = ferry::fb::GetModel(bytes.data());
   std::printf("wrote    %s: %zu bytes (weights %u bytes), streaming arena (batch 1): %llu bytes\n",
               out.c_str(), bytes.size(), model->weights() ? model->weights()->size() : 0u,
               static_cast<unsigned long long>(model->arena_bytes_stream_b1()));
+  if (args.flags.count("--stats")) {
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("stats    %.3f s, %.0f MB/s of input, peak RSS %s\n", s, file.size() / 1e6 / s,
+                peak_rss().c_str());
+  }
   return 0;
 }
 

@@ -1,5 +1,8 @@
 // Checkpoint reading (converter/src/checkpoint.h) on zip checkpoints built
 // byte by byte, as a GPU machine's torch.save writes them ('cuda:0').
+// The converter is optional (FERRY_CONVERTER); these tests need it.
+#ifdef FERRY_HAVE_CONVERTER
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -55,12 +58,6 @@ TensorSpec spec(std::string name, std::string key, int64_t numel, std::vector<in
   t.size = std::move(size);
   t.storage_class = std::move(cls);
   return t;
-}
-
-const TensorRef* find(const Checkpoint& ck, const std::string& name) {
-  for (const TensorRef& t : ck.tensors)
-    if (t.name == name) return &t;
-  return nullptr;
 }
 
 std::string ignored_reason(const Checkpoint& ck, const std::string& name) {
@@ -517,27 +514,38 @@ TEST(Checkpoint, ZipCorruptionNeverCrashes) {
   }
 }
 
-// Golden files written by real torch, when another change has added them.
+// Golden files written by real torch (tests/fixtures/models, made by
+// make_fixtures.py) load or fail with a clean Error naming the file; the
+// files under bad/ must all be refused. Skipped while there are none.
 TEST(Checkpoint, FixturesLoadOrFailCleanly) {
-  DIR* dir = opendir(FERRY_FIXTURES_DIR);
-  if (!dir) GTEST_SKIP() << "no fixtures directory";
   int seen = 0;
-  while (dirent* e = readdir(dir)) {
-    const std::string name = e->d_name;
-    if (name.size() < 3 || name.compare(name.size() - 3, 3, ".pt") != 0) continue;
-    ++seen;
-    const std::string path = std::string(FERRY_FIXTURES_DIR) + "/" + name;
-    try {
-      MappedFile m(path);
-      Checkpoint ck = load_checkpoint(m);
-      for (const TensorRef& t : ck.tensors) EXPECT_EQ(to_float32(t).size(), size_t(t.numel())) << path;
-    } catch (const Error& err) {
-      EXPECT_TRUE(contains(err.what(), name)) << err.what();  // clean, and names the file
+  for (const std::string sub : {"", "/models", "/bad"}) {
+    const std::string dir_path = std::string(FERRY_FIXTURES_DIR) + sub;
+    DIR* dir = opendir(dir_path.c_str());
+    if (!dir) continue;
+    while (dirent* e = readdir(dir)) {
+      const std::string name = e->d_name;
+      const bool pt = name.size() > 3 && name.compare(name.size() - 3, 3, ".pt") == 0;
+      const bool bin = name.size() > 4 && name.compare(name.size() - 4, 4, ".bin") == 0;
+      if (!pt && !bin) continue;
+      ++seen;
+      const std::string path = dir_path + "/" + name;
+      SCOPED_TRACE(path);
+      try {
+        MappedFile m(path);
+        Checkpoint ck = load_checkpoint(m);
+        EXPECT_NE(sub, "/bad") << "a bad fixture was accepted";
+        for (const TensorRef& t : ck.tensors) EXPECT_EQ(to_float32(t).size(), size_t(t.numel()));
+      } catch (const Error& err) {
+        EXPECT_TRUE(contains(err.what(), name)) << err.what();
+      }
     }
+    closedir(dir);
   }
-  closedir(dir);
-  if (seen == 0) GTEST_SKIP() << "no .pt fixtures yet";
+  if (seen == 0) GTEST_SKIP() << "no fixtures yet";
 }
 
 }  // namespace
 }  // namespace ferry::conv
+
+#endif  // FERRY_HAVE_CONVERTER

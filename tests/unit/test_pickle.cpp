@@ -1,5 +1,8 @@
 // Restricted unpickler (converter/src/pickle.h) on hand-assembled pickles
 // and on a few byte strings produced by CPython's pickle.dumps.
+// The converter is optional (FERRY_CONVERTER); these tests need it.
+#ifdef FERRY_HAVE_CONVERTER
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -611,3 +614,5 @@ TEST(Pickle, SingleByteCorruptionNeverCrashes) {
 
 }  // namespace
 }  // namespace ferry::conv
+
+#endif  // FERRY_HAVE_CONVERTER

@@ -1,5 +1,8 @@
 // Zip container reader (converter/src/zip_reader.h), on archives assembled
 // byte by byte in the layout torch.save writes.
+// The converter is optional (FERRY_CONVERTER); these tests need it.
+#ifdef FERRY_HAVE_CONVERTER
+
 #include <gtest/gtest.h>
 
 #include <string>
@@ -300,3 +303,5 @@ TEST(ZipReader, SingleByteCorruptionNeverCrashes) {
 
 }  // namespace
 }  // namespace ferry::conv
+
+#endif  // FERRY_HAVE_CONVERTER

@@ -59,7 +59,7 @@ const char* ferry_last_error(void);
 /* Version of the library ("0.1.0") and of the model format it reads. */
 const char* ferry_version(void);
 #define FERRY_FORMAT_MAJOR 1
-#define FERRY_FORMAT_MINOR 0
+#define FERRY_FORMAT_MINOR 1
 
 /* Arena and handle memory must be aligned to this many bytes. */
 #define FERRY_ALIGNMENT 64
@@ -168,6 +168,28 @@ ferry_status ferry_state_get(const ferry_session* session, size_t batch,
 ferry_status ferry_state_set(ferry_session* session, size_t batch,
                              const float* state, size_t count);
 ferry_status ferry_state_reset(ferry_session* session);
+
+/* ------------------------------------------------------------- selftest -- */
+
+/* The on-device conformance check (`ferry selftest`). `ferry convert` stores
+ * golden vectors in the model: a seeded input (batch 1, a few steps) and the
+ * output the reference backend gives for it, with a tolerance. ferry_selftest
+ * runs that input on `backend` in the caller's arena and compares.
+ * FERRY_UNSUPPORTED when the model holds no vectors (converted by an older
+ * ferry). */
+
+/* Arena bytes ferry_selftest needs: a session for the stored batch and
+ * sequence length, plus room for the output. */
+ferry_status ferry_selftest_arena_size(const ferry_model* model, size_t* bytes_out);
+
+/* Returns FERRY_OK when the vectors ran, whatever the verdict: `passed_out`
+ * (may be NULL) gets 1 when every output is within the stored tolerance,
+ * `max_error_out` (may be NULL) the largest absolute error (+infinity when an
+ * output is NaN). `arena` is FERRY_ALIGNMENT-aligned and at least
+ * ferry_selftest_arena_size() bytes; nothing is allocated. */
+ferry_status ferry_selftest(const ferry_model* model, ferry_backend backend,
+                            void* arena, size_t arena_size,
+                            int* passed_out, float* max_error_out);
 
 #ifdef __cplusplus
 }  /* extern "C" */
