@@ -18,11 +18,14 @@ for group in ${FERRY_DEPS:-}; do
   case "$group" in
     fixtures) packages+=(python3-torch python3-statsmodels) ;;
     bench) packages+=(libtorch-dev libopenblas-dev python3-torch) ;;
+    # libFuzzer + ASan/UBSan runtimes for tests/fuzz/run.sh.
+    fuzz) packages+=(clang-14 libclang-rt-14-dev) ;;
     cross)
       # Cross compilers + qemu-user for the aarch64/armv7 test runs
       # (scripts/cross-test.sh), and the bare-metal toolchain with newlib for
-      # the Cortex-M firmware build (examples/firmware).
-      packages+=(g++-aarch64-linux-gnu g++-arm-linux-gnueabihf qemu-user
+      # the Cortex-M firmware build, run on QEMU's mps2 boards
+      # (examples/firmware/build.sh).
+      packages+=(g++-aarch64-linux-gnu g++-arm-linux-gnueabihf qemu-user qemu-system-arm
                  gcc-arm-none-eabi binutils-arm-none-eabi libnewlib-arm-none-eabi
                  libstdc++-arm-none-eabi-newlib libstdc++-arm-none-eabi-dev)
       # The target's XNNPACK is fetched with `apt-get download pkg:arm64` and

@@ -44,12 +44,23 @@ struct TensorRef {
 };
 
 struct Checkpoint {
-  std::string form;                 // e.g. "zip state_dict", shown by inspect
+  // The detected form, shown by inspect and recorded as provenance:
+  // "zip state_dict", "zip training checkpoint (key 'model_state_dict')",
+  // "zip whole module (__main__.Net)", "legacy (pre-1.6) state_dict",
+  // "TorchScript archive (__torch__.Net)", "safetensors", ...
+  std::string form;
   std::vector<TensorRef> tensors;   // state-dict order
   // Entries that are not model tensors, with why (optimizer state, ...).
+  // Entries beside the selected state dict of a training checkpoint are
+  // named by their dotted path from the top ("optimizer_state_dict.state.0.
+  // exp_avg", "epoch"), so they cannot collide with a model tensor's name.
   std::vector<std::pair<std::string, std::string>> ignored;
-  // Hyper-parameters the file records, keyed "module.path.attr"
-  // (e.g. "lstm.batch_first" -> "true"). Empty for a bare state dict.
+  // Hyper-parameters the file records, keyed "module.path.attr" with wrapper
+  // prefixes (module., _orig_mod.) stripped, e.g. "lstm.batch_first" ->
+  // "true", "rnn.nonlinearity" -> "relu", "lstm.proj_size" -> "0"; a
+  // root module's own attributes have no path ("batch_first"). Whole pickled
+  // modules and TorchScript archives record them; safetensors records its
+  // __metadata__ as "__metadata__.<key>". Empty for a bare state dict.
   std::map<std::string, std::string> attributes;
 };
 
@@ -57,13 +68,27 @@ struct LoadOptions {
   std::string key;                  // --key: which entry of a checkpoint dict
 };
 
-// Reads the checkpoint in `file`. Throws Error with a precise message
-// (file name, record, byte offset) on anything malformed or unsupported.
+// Reads the checkpoint in `file`, whichever container the bytes show (never
+// the extension): a torch.save zip (bare state dict, training checkpoint
+// dict, whole pickled module), the legacy pre-1.6 pickle stream (same
+// shapes), a TorchScript archive, or safetensors. Throws Error with a precise
+// message (file name, record, tensor, byte offset) on anything malformed or
+// unsupported.
 Checkpoint load_checkpoint(const MappedFile& file, const LoadOptions& options = {});
 
-// Materializes a tensor as contiguous float32 in C order, honouring offset,
-// strides, dtype (f32/f16/bf16/f64) and byte order. Bounds were checked at
-// load; throws Error for a non-floating dtype.
+// Whether the view is C-contiguous (dimensions of size 1 may have any stride).
+bool is_contiguous(const TensorRef& t);
+
+// Writes elements [begin, begin + count) of the tensor, taken in C order, to
+// dst as float32, honouring offset, strides, dtype (f32/f16/bf16/f64) and
+// byte order. Costs O(rank + count): a streaming writer converts a tensor
+// chunk by chunk without materializing it. The view is re-checked against its
+// storage on every call; throws Error for a non-floating dtype, a view past
+// its storage, or a range outside the tensor. `count` 0 only validates.
+void to_float32_range(const TensorRef& t, float* dst, uint64_t begin, uint64_t count);
+
+// The whole tensor as contiguous float32 in C order (to_float32_range over
+// every element).
 std::vector<float> to_float32(const TensorRef& t);
 
 }  // namespace ferry::conv

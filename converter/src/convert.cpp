@@ -16,15 +16,14 @@ std::vector<uint32_t> u32_shape(const TensorRef& t) {
   return s;
 }
 
+// Attributes of the root module (a bare `torch.save(nn.LSTM(...))`) have no prefix.
+std::string attribute_key(const std::string& module, const char* attr) {
+  return module.empty() ? std::string(attr) : module + "." + attr;
+}
+
 // A C-contiguous little-endian float32 view: its bytes are the output's.
 bool is_plain_f32(const TensorRef& t) {
-  if (t.dtype != DType::F32 || !t.storage || t.storage->big_endian) return false;
-  int64_t expect = 1;
-  for (size_t d = t.shape.size(); d-- > 0;) {
-    if (t.shape[d] != 1 && t.stride[d] != expect) return false;
-    expect *= t.shape[d];
-  }
-  return true;
+  return t.dtype == DType::F32 && t.storage && !t.storage->big_endian && is_contiguous(t);
 }
 
 class PlanBuilder {
@@ -48,10 +47,20 @@ class PlanBuilder {
         release_pages(*source, p, count * 4);
       };
     } else {
-      tp.fill = [src, source](float* dst, uint64_t begin, uint64_t count) {
-        const std::vector<float> v = to_float32(*src);
-        std::memcpy(dst, v.data() + begin, count * sizeof(float));
-        if (source && src->storage) release_pages(*source, src->storage->data, src->storage->nbytes);
+      // Converted chunk by chunk: each call reads only elements [begin,
+      // begin + count). A contiguous view releases the bytes it just read; a
+      // strided one may come back to any part of its storage, so it releases
+      // the storage after its last chunk.
+      const bool contiguous = is_contiguous(t);
+      tp.fill = [src, source, contiguous](float* dst, uint64_t begin, uint64_t count) {
+        to_float32_range(*src, dst, begin, count);
+        if (!source || !src->storage) return;
+        const uint64_t esize = dtype_size(src->dtype);
+        if (contiguous) {
+          release_pages(*source, src->storage->data + (src->offset + begin) * esize, count * esize);
+        } else if (begin + count == static_cast<uint64_t>(src->numel())) {
+          release_pages(*source, src->storage->data, src->storage->nbytes);
+        }
       };
     }
     map(t.name, layer, role);
@@ -156,7 +165,7 @@ ConvertResult plan_conversion(const Checkpoint& checkpoint, const ModuleSet& mod
   std::optional<bool> recorded;
   for (const GraphElement& e : chain) {
     if (e.op != OpKind::Module) continue;
-    auto it = checkpoint.attributes.find(e.module + ".batch_first");
+    auto it = checkpoint.attributes.find(attribute_key(e.module, "batch_first"));
     if (it != checkpoint.attributes.end()) {
       recorded = it->second == "true" || it->second == "True" || it->second == "1";
       break;
@@ -205,7 +214,7 @@ ConvertResult plan_conversion(const Checkpoint& checkpoint, const ModuleSet& mod
         throw Error(where + ": " + m->describe() + " takes " + std::to_string(in) +
                     " features, but the chain before it gives " + std::to_string(width));
       }
-      l.name = m->path;
+      l.name = m->path.empty() ? kRootModuleName : m->path;
       l.input_size = in;
       l.output_size = m->output_size();
       if (m->type == ModuleType::Linear) {
@@ -216,7 +225,7 @@ ConvertResult plan_conversion(const Checkpoint& checkpoint, const ModuleSet& mod
         if (collapsed) throw Error(where + ": a recurrent layer after `last` has no time axis to run over");
         std::string nonlinearity = e.option;
         if (m->kind == RecurrentKind::RNN) {
-          auto nl = checkpoint.attributes.find(m->path + ".nonlinearity");
+          auto nl = checkpoint.attributes.find(attribute_key(m->path, "nonlinearity"));
           if (nonlinearity.empty() && nl != checkpoint.attributes.end()) nonlinearity = nl->second;
           if (nonlinearity.empty()) {
             nonlinearity = "tanh";

@@ -63,7 +63,9 @@ std::string format_graph(const std::vector<GraphElement>& chain) {
   for (const GraphElement& e : chain) {
     if (!s.empty()) s += " > ";
     switch (e.op) {
-      case OpKind::Module: s += e.module + (e.option.empty() ? "" : "(" + e.option + ")"); break;
+      case OpKind::Module:
+        s += (e.module.empty() ? std::string(kRootModuleName) : e.module) + (e.option.empty() ? "" : "(" + e.option + ")");
+        break;
       case OpKind::Last: s += "last"; break;
       case OpKind::ReLU: s += "relu"; break;
       case OpKind::Tanh: s += "tanh"; break;

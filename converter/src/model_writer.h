@@ -113,4 +113,12 @@ inline void write_file_atomic(const std::string& path, const std::vector<uint8_t
   write_file_atomic(path, bytes.data(), bytes.size());
 }
 
+// Interruption. cancel_writes() only sets a flag, so a signal handler may
+// call it (the CLI does, on SIGINT, SIGTERM and SIGHUP). From then on every
+// writer above fails at its next write or rename with Error("interrupted:
+// ..."), and the unwinding removes its temporary file like any other error.
+// A write that is already complete stays; a cancel is never undone.
+void cancel_writes();
+bool writes_cancelled();
+
 }  // namespace ferry::conv

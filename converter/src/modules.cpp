@@ -205,8 +205,10 @@ std::string Module::describe() const {
 }
 
 const Module* ModuleSet::find(const std::string& path) const {
+  // The root module (tensors with no module path) is named `root` in --graph.
+  const std::string wanted = path == kRootModuleName ? "" : path;
   for (const Module& m : modules)
-    if (m.path == path) return &m;
+    if (m.path == wanted) return &m;
   return nullptr;
 }
 

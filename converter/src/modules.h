@@ -19,6 +19,10 @@ namespace ferry::conv {
 
 enum class ModuleType { Recurrent, Linear };
 
+// How --graph names the root module: a state dict saved from a bare layer
+// (`torch.save(nn.LSTM(...).state_dict())`) has keys with no module path.
+constexpr const char* kRootModuleName = "root";
+
 struct Module {
   std::string path;            // "lstm", "encoder.rnn" (prefixes stripped)
   ModuleType type = ModuleType::Linear;

@@ -144,6 +144,29 @@ Value* ValueArena::make() {
   return &values_.emplace_back();
 }
 
+bool is_utf8(const uint8_t* p, size_t n) {
+  size_t i = 0;
+  while (i < n) {
+    const uint8_t c = p[i];
+    size_t extra;
+    uint32_t cp;
+    if (c < 0x80) { ++i; continue; }
+    if ((c & 0xE0) == 0xC0) { extra = 1; cp = c & 0x1F; }
+    else if ((c & 0xF0) == 0xE0) { extra = 2; cp = c & 0x0F; }
+    else if ((c & 0xF8) == 0xF0) { extra = 3; cp = c & 0x07; }
+    else return false;
+    if (n - i <= extra) return false;
+    for (size_t k = 1; k <= extra; ++k) {
+      if ((p[i + k] & 0xC0) != 0x80) return false;
+      cp = (cp << 6) | (p[i + k] & 0x3F);
+    }
+    static constexpr uint32_t kMin[4] = {0, 0x80, 0x800, 0x10000};
+    if (cp < kMin[extra] || cp > 0x10FFFF) return false;  // overlong or out of range
+    i += extra + 1;
+  }
+  return true;
+}
+
 // ---------------------------------------------------------------------------
 // The interpreter.
 
@@ -196,31 +219,6 @@ const char* op_name(uint8_t op) {
     case NEXT_BUFFER: return "NEXT_BUFFER"; case READONLY_BUFFER: return "READONLY_BUFFER";
     default: return nullptr;
   }
-}
-
-// Well-formed UTF-8, allowing encoded surrogates (CPython pickles str with
-// 'surrogatepass'). Checked so names reaching messages and files are text.
-bool is_utf8(const uint8_t* p, size_t n) {
-  size_t i = 0;
-  while (i < n) {
-    const uint8_t c = p[i];
-    size_t extra;
-    uint32_t cp;
-    if (c < 0x80) { ++i; continue; }
-    if ((c & 0xE0) == 0xC0) { extra = 1; cp = c & 0x1F; }
-    else if ((c & 0xF0) == 0xE0) { extra = 2; cp = c & 0x0F; }
-    else if ((c & 0xF8) == 0xF0) { extra = 3; cp = c & 0x07; }
-    else return false;
-    if (n - i <= extra) return false;
-    for (size_t k = 1; k <= extra; ++k) {
-      if ((p[i + k] & 0xC0) != 0x80) return false;
-      cp = (cp << 6) | (p[i + k] & 0x3F);
-    }
-    static constexpr uint32_t kMin[4] = {0, 0x80, 0x800, 0x10000};
-    if (cp < kMin[extra] || cp > 0x10FFFF) return false;  // overlong or out of range
-    i += extra + 1;
-  }
-  return true;
 }
 
 std::string hex_byte(uint8_t b) {
@@ -608,11 +606,22 @@ Value* Unpickler::reduce(Value* callable, Value* args, int level) {
       arg_tuple(args, 1, 2, callable);
       return args->items[0];
     }
+    case GlobalKind::TensorClass:
+      // Parameter(data, requires_grad): how PyTorch before _rebuild_parameter
+      // (0.4 era, legacy whole modules) pickled parameters. Returns data.
+      if (callable->name == "Parameter") {
+        arg_tuple(args, 1, 2, callable);
+        Value* data = args->items[0];
+        if (data->kind != Kind::Tensor) fail("Parameter of a " + std::string(kind_name(data->kind)) + ", not a tensor");
+        if (args->items.size() == 2 && args->items[1]->kind == Kind::Bool)
+          data->tensor->requires_grad = args->items[1]->boolean;
+        return data;
+      }
+      break;
     case GlobalKind::Class:
     case GlobalKind::DTypeObject:
     case GlobalKind::StorageClass:
     case GlobalKind::UntypedStorage:
-    case GlobalKind::TensorClass:
       break;
   }
   fail("refused REDUCE of '" + callable->qualified_name() + "' (not an allowlisted callable)");

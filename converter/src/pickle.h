@@ -59,7 +59,8 @@ enum class GlobalKind : uint8_t {
   DTypeObject,            // torch.float32, torch.bfloat16, ... (name kept)
   StorageClass,           // torch.FloatStorage, ... (typed storage class)
   UntypedStorage,         // torch.UntypedStorage / torch.storage.UntypedStorage
-  TensorClass,            // torch.Tensor, torch.nn.parameter.Parameter
+  TensorClass,            // torch.Tensor, torch.nn.parameter.Parameter (REDUCE of
+                          // Parameter(t, requires_grad), 0.4-era files, is t)
   RebuildTensor,          // torch._utils._rebuild_tensor (v1: storage, offset, size, stride)
   RebuildTensorV2,        // torch._utils._rebuild_tensor_v2
   RebuildTensorV3,        // torch._utils._rebuild_tensor_v3
@@ -96,6 +97,11 @@ enum class Kind : uint8_t {
 };
 
 const char* kind_name(Kind k);  // "int", "str", "OrderedDict", ...
+
+// Well-formed UTF-8 (no overlong forms, nothing above U+10FFFF), allowing
+// encoded surrogates as CPython's 'surrogatepass' writes them. The readers
+// check every name that reaches messages and files with it.
+bool is_utf8(const uint8_t* p, size_t n);
 
 struct Value;
 

@@ -14,24 +14,6 @@
 
 namespace ferry::conv {
 
-std::string sha256_hex(const uint8_t* data, size_t size) {
-  std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
-  unsigned char digest[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  if (!ctx || EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1 ||
-      EVP_DigestUpdate(ctx.get(), data, size) != 1 ||
-      EVP_DigestFinal_ex(ctx.get(), digest, &len) != 1) {
-    throw Error("internal: SHA-256 failed");
-  }
-  static const char* kHex = "0123456789abcdef";
-  std::string out;
-  for (unsigned int i = 0; i < len; ++i) {
-    out += kHex[digest[i] >> 4];
-    out += kHex[digest[i] & 15];
-  }
-  return out;
-}
-
 void release_pages(const MappedFile& file, const uint8_t* data, size_t size) {
   if (!data || size == 0 || data < file.data() || data + size > file.data() + file.size()) return;
   const uintptr_t page = static_cast<uintptr_t>(sysconf(_SC_PAGESIZE));
@@ -42,15 +24,21 @@ void release_pages(const MappedFile& file, const uint8_t* data, size_t size) {
   if (end > begin) madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
 }
 
-std::string sha256_file(const MappedFile& file) {
-  std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
+namespace {
+
+using Context = std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)>;
+
+Context start() {
+  Context ctx(EVP_MD_CTX_new(), EVP_MD_CTX_free);
   if (!ctx || EVP_DigestInit_ex(ctx.get(), EVP_sha256(), nullptr) != 1) throw Error("internal: SHA-256 failed");
-  constexpr size_t kChunk = size_t{16} << 20;
-  for (size_t done = 0; done < file.size(); done += kChunk) {
-    const size_t n = std::min(kChunk, file.size() - done);
-    if (EVP_DigestUpdate(ctx.get(), file.data() + done, n) != 1) throw Error("internal: SHA-256 failed");
-    release_pages(file, file.data() + done, n);
-  }
+  return ctx;
+}
+
+void update(const Context& ctx, const uint8_t* data, size_t size) {
+  if (EVP_DigestUpdate(ctx.get(), data, size) != 1) throw Error("internal: SHA-256 failed");
+}
+
+std::string finish(const Context& ctx) {
   unsigned char digest[EVP_MAX_MD_SIZE];
   unsigned int len = 0;
   if (EVP_DigestFinal_ex(ctx.get(), digest, &len) != 1) throw Error("internal: SHA-256 failed");
@@ -61,6 +49,25 @@ std::string sha256_file(const MappedFile& file) {
     out += kHex[digest[i] & 15];
   }
   return out;
+}
+
+}  // namespace
+
+std::string sha256_hex(const uint8_t* data, size_t size) {
+  const Context ctx = start();
+  update(ctx, data, size);
+  return finish(ctx);
+}
+
+std::string sha256_file(const MappedFile& file) {
+  const Context ctx = start();
+  constexpr size_t kChunk = size_t{16} << 20;
+  for (size_t done = 0; done < file.size(); done += kChunk) {
+    const size_t n = std::min(kChunk, file.size() - done);
+    update(ctx, file.data() + done, n);
+    release_pages(file, file.data() + done, n);
+  }
+  return finish(ctx);
 }
 
 }  // namespace ferry::conv

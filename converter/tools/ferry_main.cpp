@@ -6,8 +6,10 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <csignal>
 #include <future>
 #include <cmath>
 #include <cstdio>
@@ -19,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "c_array.h"
 #include "checkpoint.h"
 #include "convert.h"
 #include "error.h"
@@ -28,6 +31,7 @@
 #include "model_writer.h"
 #include "modules.h"
 #include "npy.h"
+#include "selftest_vectors.h"
 
 namespace {
 
@@ -40,9 +44,13 @@ struct UsageError : Error {
 const char* kUsage =
     "usage:\n"
     "  ferry convert IN.pt OUT.fb [--graph SPEC] [--batch-first] [--key NAME] [--stats]\n"
-    "  ferry run MODEL.fb --input X.npy --output Y.npy [--backend auto|reference]\n"
-    "                     [--stream] [--lengths L1,L2,...] [--expect Y.npy [--tolerance 1e-5]]\n"
+    "                             [--c-array model_data.h]\n"
+    "  ferry run MODEL.fb --input X.npy --output Y.npy [--backend auto|reference|simd|xnnpack]\n"
+    "                     [--threads N] [--stream] [--lengths L1,L2,...] [--expect Y.npy [--tolerance 1e-5]]\n"
+    "  ferry bench MODEL.fb [--stream] [--batch B] [--seq T] [--backend B] [--threads N]\n"
+    "                     [--repeat N] [--json]   (median time of ferry_run / ferry_step)\n"
     "  ferry inspect FILE            (a checkpoint, or a .fb model)\n"
+    "  ferry selftest MODEL.fb [--backend B]   (the golden vectors stored in the file)\n"
     "  ferry --version\n"
     "\n"
     "--graph is a chain of module paths and ops, e.g. \"lstm > last > fc\";\n"
@@ -133,7 +141,8 @@ Progress progress_bar(uint64_t input_bytes) {
 }
 
 int cmd_convert(int argc, char** argv) {
-  Args args(argc, argv, 2, {"--graph", "--key", "--quantize", "--calibration"}, {"--batch-first", "--stats"});
+  Args args(argc, argv, 2, {"--graph", "--key", "--quantize", "--calibration", "--c-array"},
+            {"--batch-first", "--stats"});
   const auto t0 = std::chrono::steady_clock::now();
   if (args.positional.size() != 2) throw UsageError("convert takes IN and OUT.fb");
   const std::string in = args.positional[0], out = args.positional[1];
@@ -179,15 +188,29 @@ int cmd_convert(int argc, char** argv) {
   for (const std::string& n : result.notes) std::fprintf(stderr, "ferry: note: %s\n", n.c_str());
 
   // Metadata in memory; weights streamed from the source to the file.
+  plan_selftest(plan);  // golden vectors; the output is filled in the written file
   const ModelBytes bytes = build_model(plan, nullptr, /*fill_weights=*/false);
   const int source_fd = ::open(in.c_str(), O_RDONLY | O_CLOEXEC);
   if (source_fd < 0) throw Error("cannot open '" + in + "': " + std::strerror(errno));
   struct Close { int fd; ~Close() { ::close(fd); } } close_source{source_fd};
-  write_model_file(out, bytes, plan, source_fd, progress_bar(file.size()));
+  write_with_selftest(out, [&](const std::string& staging) {
+    write_model_file(staging, bytes, plan, source_fd, progress_bar(file.size()));
+  });
   const auto* model = ferry::fb::GetModel(bytes.data());
   std::printf("wrote    %s: %zu bytes (weights %u bytes), streaming arena (batch 1): %llu bytes\n",
               out.c_str(), bytes.size(), model->weights() ? model->weights()->size() : 0u,
               static_cast<unsigned long long>(model->arena_bytes_stream_b1()));
+  if (auto header = args.get("--c-array")) {
+    const MappedFile written(out);
+    try {
+      write_c_array(*header, written.data(), written.size(), basename_of(in) + " (as " + basename_of(out) + ")");
+    } catch (const Error&) {
+      ::unlink(out.c_str());  // a failing command leaves no output behind
+      throw;
+    }
+    std::printf("wrote    %s: C array '%s', %zu bytes, 64-byte aligned\n", header->c_str(),
+                c_array_name(*header).c_str(), written.size());
+  }
   if (args.flags.count("--stats")) {
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::printf("stats    %.3f s, %.0f MB/s of input, peak RSS %s\n", s, file.size() / 1e6 / s,
@@ -221,6 +244,27 @@ ferry_backend parse_backend(const std::string& b) {
   if (b == "cuda") return FERRY_BACKEND_CUDA;
   throw UsageError("--backend '" + b + "': expected auto, reference, simd, xnnpack or cuda");
 }
+
+// --threads N: a thread pool for the session (none for 1), freed after it.
+struct ThreadPool {
+  void* pool = nullptr;
+  size_t threads = 1;
+  explicit ThreadPool(const std::optional<std::string>& text) {
+    if (!text) return;
+    char* end = nullptr;
+    const long n = std::strtol(text->c_str(), &end, 10);
+    if (text->empty() || *end != '\0' || n < 1 || n > 1024) {
+      throw UsageError("--threads '" + *text + "': expected a number of threads >= 1");
+    }
+    threads = static_cast<size_t>(n);
+    if (threads == 1) return;
+    pool = ferry_threadpool_create(threads);
+    if (!pool) throw Error("--threads " + *text + ": this ferry was built without pthreadpool");
+  }
+  ~ThreadPool() { ferry_threadpool_destroy(pool); }
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+};
 
 std::vector<int32_t> parse_lengths(const std::string& text) {
   std::vector<int32_t> out;
@@ -262,9 +306,7 @@ int cmd_run(int argc, char** argv) {
   const auto input_path = args.get("--input");
   const auto output_path = args.get("--output");
   if (!input_path || !output_path) throw UsageError("run needs --input X.npy and --output Y.npy");
-  if (auto t = args.get("--threads"); t && *t != "1") {
-    throw UsageError("--threads " + *t + ": this version runs single-threaded (--threads 1)");
-  }
+  ThreadPool pool(args.get("--threads"));
   LoadedModel lm(args.positional[0]);
   ferry_model_info info{};
   info.struct_size = sizeof(info);
@@ -311,9 +353,11 @@ int cmd_run(int argc, char** argv) {
   ferry_session_options_init(&opt);
   opt.max_batch = batch;
   opt.max_seq = stream ? 1 : seq;
-  opt.backend = parse_backend(args.get("--backend").value_or("auto"));
+  const std::string backend_name = args.get("--backend").value_or("auto");
+  opt.backend = parse_backend(backend_name);
+  opt.threadpool = pool.pool;
   size_t arena_bytes = 0;
-  check(ferry_arena_size(lm.model, opt.max_batch, opt.max_seq, &arena_bytes), "arena size");
+  check(ferry_session_arena_size(lm.model, &opt, &arena_bytes), "arena size");
   void* arena = std::aligned_alloc(FERRY_ALIGNMENT, (arena_bytes + FERRY_ALIGNMENT - 1) / FERRY_ALIGNMENT * FERRY_ALIGNMENT);
   if (!arena) throw Error("cannot allocate a " + std::to_string(arena_bytes) + "-byte arena");
   struct Free { void* p; ~Free() { std::free(p); } } free_arena{arena};
@@ -359,8 +403,9 @@ int cmd_run(int argc, char** argv) {
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   write_npy(*output_path, y);
   if (!args.flags.count("--quiet")) print_output(y);
-  std::printf("ran      %zu x %zu steps%s in %.3f ms (reference backend, arena %zu bytes); wrote %s\n", batch, seq,
-              stream ? " one step at a time" : "", ms, arena_bytes, output_path->c_str());
+  std::printf("ran      %zu x %zu steps%s in %.3f ms (backend %s, %zu thread%s, arena %zu bytes); wrote %s\n", batch,
+              seq, stream ? " one step at a time" : "", ms, backend_name.c_str(), pool.threads,
+              pool.threads == 1 ? "" : "s", arena_bytes, output_path->c_str());
   if (auto expect_path = args.get("--expect")) {
     const NpyArray want = read_npy(*expect_path);
     if (want.shape != y.shape) throw Error("'" + *expect_path + "': shape differs from the output's");
@@ -375,6 +420,199 @@ int cmd_run(int argc, char** argv) {
     }
     std::printf("check    max abs error vs %s: %.3g (tolerance %g)\n", expect_path->c_str(), worst, tol);
     if (!(worst <= tol)) throw Error("output differs from '" + *expect_path + "' by " + std::to_string(worst));
+  }
+  return 0;
+}
+
+// -------------------------------------------------------------------- bench
+
+// Multiply-adds of one ferry_run of (batch, seq) on `m`, and its weight bytes.
+struct ModelCost {
+  double macs_per_step_sample = 0;  // recurrent + Linear layers before `last`
+  double macs_per_sample = 0;       // Linear layers after `last`
+  uint64_t weight_bytes = 0;
+};
+
+ModelCost model_cost(const ferry::fb::Model* m) {
+  namespace fb = ferry::fb;
+  ModelCost c;
+  c.weight_bytes = m->weights() ? m->weights()->size() : 0;
+  bool collapsed = false;
+  for (const fb::Layer* l : *m->layers()) {
+    switch (l->kind()) {
+      case fb::LayerKind::LSTM: case fb::LayerKind::GRU: case fb::LayerKind::RNN_TANH: case fb::LayerKind::RNN_RELU: {
+        const double g = l->kind() == fb::LayerKind::LSTM ? 4 : l->kind() == fb::LayerKind::GRU ? 3 : 1;
+        const double h = l->hidden_size(), p = l->proj_size(), h_out = p ? p : h;
+        const double dirs = l->bidirectional() ? 2 : 1;
+        for (uint32_t k = 0; k < l->num_layers(); ++k) {
+          const double in = k == 0 ? l->input_size() : dirs * h_out;
+          c.macs_per_step_sample += dirs * (g * h * (in + h_out) + p * h);
+        }
+        break;
+      }
+      case fb::LayerKind::Linear:
+        (collapsed ? c.macs_per_sample : c.macs_per_step_sample) += double{l->input_size()} * l->output_size();
+        break;
+      case fb::LayerKind::Last: collapsed = true; break;
+      default: break;
+    }
+  }
+  return c;
+}
+
+size_t parse_count(const Args& args, const std::string& flag, size_t fallback) {
+  const auto text = args.get(flag);
+  if (!text) return fallback;
+  char* end = nullptr;
+  const long v = std::strtol(text->c_str(), &end, 10);
+  if (text->empty() || *end != '\0' || v < 1 || v > (1L << 24)) {
+    throw UsageError(flag + " '" + *text + "': expected a positive integer");
+  }
+  return static_cast<size_t>(v);
+}
+
+// Times ferry_run (or, with --stream, ferry_step one time step at a time) on
+// seeded random input: repeated samples, median and spread, single-threaded
+// unless --threads. The side-by-side comparison with libtorch, and the
+// machine's ceilings, are tests/bench/ferry_bench_torch.
+int cmd_bench(int argc, char** argv) {
+  Args args(argc, argv, 2, {"--batch", "--seq", "--backend", "--threads", "--repeat"}, {"--stream", "--json"});
+  if (args.positional.size() != 1) throw UsageError("bench takes one MODEL.fb");
+  const std::string path = args.positional[0];
+  const bool stream = args.flags.count("--stream") != 0;
+  const bool json = args.flags.count("--json") != 0;
+  const size_t batch = parse_count(args, "--batch", 1);
+  ThreadPool pool(args.get("--threads"));
+  LoadedModel lm(path);
+  ferry_model_info info{};
+  info.struct_size = sizeof(info);
+  check(ferry_model_get_info(lm.model, &info), "model info");
+  const size_t seq = info.has_time_axis ? parse_count(args, "--seq", 64) : 1;
+  if (stream && !info.streamable) throw Error("'" + path + "': --stream: the model has a bidirectional layer");
+  if (stream && !info.has_time_axis) throw UsageError("--stream needs a model with a time axis");
+
+  ferry_session_options opt;
+  ferry_session_options_init(&opt);
+  opt.max_batch = batch;
+  opt.max_seq = stream ? 1 : seq;
+  const std::string backend_name = args.get("--backend").value_or("auto");
+  opt.backend = parse_backend(backend_name);
+  opt.threadpool = pool.pool;
+  size_t arena_bytes = 0;
+  check(ferry_session_arena_size(lm.model, &opt, &arena_bytes), "arena size");
+  void* arena = std::aligned_alloc(FERRY_ALIGNMENT, (arena_bytes + FERRY_ALIGNMENT - 1) / FERRY_ALIGNMENT * FERRY_ALIGNMENT);
+  if (!arena) throw Error("cannot allocate a " + std::to_string(arena_bytes) + "-byte arena");
+  struct Free { void* p; ~Free() { std::free(p); } } free_arena{arena};
+  ferry_session* session = nullptr;
+  check(ferry_session_init(lm.model, &opt, arena, arena_bytes, &session), "session");
+
+  // Seeded input in the model's layout: a small deterministic generator.
+  std::vector<float> x(batch * seq * info.input_size);
+  uint32_t state = 12345;
+  for (float& v : x) {
+    state = state * 1664525u + 1013904223u;
+    v = static_cast<float>(static_cast<int32_t>(state >> 8) - (1 << 23)) / static_cast<float>(1 << 23);
+  }
+  size_t out_floats = 0;
+  check(ferry_output_floats(lm.model, batch, stream ? 1 : seq, &out_floats), "output size");
+  std::vector<float> y(out_floats), xt(batch * info.input_size);
+  // One sample: a whole ferry_run, or `seq` ferry_step calls (input of each
+  // step gathered beforehand, so that only ferry_step is timed).
+  std::vector<float> steps(stream ? seq * batch * info.input_size : 0);
+  for (size_t t = 0; stream && t < seq; ++t)
+    for (size_t b = 0; b < batch; ++b) {
+      const size_t src = info.batch_first ? (b * seq + t) * info.input_size : (t * batch + b) * info.input_size;
+      std::memcpy(&steps[(t * batch + b) * info.input_size], &x[src], info.input_size * sizeof(float));
+    }
+  const auto sample = [&] {
+    if (!stream) {
+      check(ferry_run(session, x.data(), batch, seq, nullptr, y.data(), y.size()), "run");
+      return;
+    }
+    for (size_t t = 0; t < seq; ++t) {
+      check(ferry_step(session, &steps[t * batch * info.input_size], batch, y.data(), y.size()), "step");
+    }
+  };
+  using clock = std::chrono::steady_clock;
+  sample();  // warm-up: caches, pages, branch predictors
+  check(ferry_state_reset(session), "reset");
+  size_t repeat = parse_count(args, "--repeat", 1);
+  if (!args.get("--repeat")) {
+    // About half a second of samples, at least 5, at most 10000.
+    const auto t0 = clock::now();
+    sample();
+    const double one = std::chrono::duration<double>(clock::now() - t0).count();
+    repeat = std::max<size_t>(5, std::min<size_t>(10000, static_cast<size_t>(0.5 / std::max(one, 1e-9))));
+  }
+  std::vector<double> us;
+  us.reserve(repeat);
+  for (size_t r = 0; r < repeat; ++r) {
+    const auto t0 = clock::now();
+    sample();
+    us.push_back(std::chrono::duration<double, std::micro>(clock::now() - t0).count());
+  }
+  std::sort(us.begin(), us.end());
+  const auto pct = [&us](double q) { return us[std::min(us.size() - 1, static_cast<size_t>(q * (us.size() - 1) + 0.5))]; };
+  const double median = pct(0.5), p10 = pct(0.1), p90 = pct(0.9), best = us.front();
+  const ModelCost cost = model_cost(ferry::fb::GetModel(lm.file.data()));
+  const double macs = cost.macs_per_step_sample * batch * seq + cost.macs_per_sample * batch * (stream ? seq : 1);
+  const double per_step = median / seq;
+  const double gflops = 2 * macs / (median * 1e3);
+  if (json) {
+    std::printf("{\"model\": \"%s\", \"mode\": \"%s\", \"backend\": \"%s\", \"threads\": %zu, \"batch\": %zu, "
+                "\"seq\": %zu, \"samples\": %zu, \"median_us\": %.4f, \"p10_us\": %.4f, \"p90_us\": %.4f, "
+                "\"min_us\": %.4f, \"per_step_us\": %.4f, \"gflops\": %.3f, \"weight_bytes\": %llu, "
+                "\"arena_bytes\": %zu}\n",
+                path.c_str(), stream ? "stream" : "run", backend_name.c_str(), pool.threads, batch, seq, us.size(),
+                median, p10, p90, best, per_step, gflops, static_cast<unsigned long long>(cost.weight_bytes),
+                arena_bytes);
+    return 0;
+  }
+  std::printf("bench    %s: %s, batch %zu, %zu steps, backend %s, %zu thread%s, %zu samples\n", path.c_str(),
+              stream ? "ferry_step one step at a time" : "ferry_run", batch, seq, backend_name.c_str(),
+              pool.threads, pool.threads == 1 ? "" : "s", us.size());
+  std::printf("time     median %.3f us per %s (p10 %.3f, p90 %.3f, min %.3f)\n", median,
+              stream ? "sample of steps" : "run", p10, p90, best);
+  std::printf("step     %.4f us per time step (%.0f steps/s of batch %zu)\n", per_step, 1e6 / per_step, batch);
+  std::printf("compute  %.2f GFLOP/s (%.3g multiply-adds per run); weights %.2f MB, arena %zu bytes\n", gflops, macs,
+              static_cast<double>(cost.weight_bytes) / 1e6, arena_bytes);
+  return 0;
+}
+
+// ----------------------------------------------------------------- selftest
+
+int cmd_selftest(int argc, char** argv) {
+  Args args(argc, argv, 2, {"--backend"}, {});
+  if (args.positional.size() != 1) throw UsageError("selftest takes one MODEL.fb");
+  const std::string& path = args.positional[0];
+  const std::string backend_name = args.get("--backend").value_or("auto");
+  const ferry_backend backend = parse_backend(backend_name);
+  LoadedModel lm(path);
+  // The status is named: FERRY_UNSUPPORTED (a backend this build or CPU
+  // lacks, a model without vectors) is not a failed check.
+  const auto check_status = [&path](ferry_status st) {
+    if (st != FERRY_OK) {
+      throw Error("'" + path + "': " + ferry_last_error() + " [" + ferry_status_string(st) + "]");
+    }
+  };
+  size_t arena_bytes = 0;
+  check_status(ferry_selftest_arena_size(lm.model, &arena_bytes));
+  void* arena = std::aligned_alloc(FERRY_ALIGNMENT, (arena_bytes + FERRY_ALIGNMENT - 1) / FERRY_ALIGNMENT * FERRY_ALIGNMENT);
+  if (!arena) throw Error("cannot allocate a " + std::to_string(arena_bytes) + "-byte arena");
+  struct Free { void* p; ~Free() { std::free(p); } } free_arena{arena};
+  int passed = 0;
+  float max_error = 0;
+  check_status(ferry_selftest(lm.model, backend, arena, arena_bytes, &passed, &max_error));
+  const auto* st = ferry::fb::GetModel(lm.file.data())->selftest();
+  std::printf("selftest %s: batch %u x %u steps, %u outputs, backend %s\n", path.c_str(), st->batch(), st->seq(),
+              st->output()->size(), backend_name.c_str());
+  std::printf("selftest max abs error %.3g (tolerance %.3g): %s\n", max_error, st->tolerance(),
+              passed ? "PASS" : "FAIL");
+  if (!passed) {
+    char msg[160];
+    std::snprintf(msg, sizeof msg, "selftest failed: max abs error %.3g exceeds the tolerance %.3g", max_error,
+                  st->tolerance());
+    throw Error("'" + path + "': " + msg);
   }
   return 0;
 }
@@ -408,8 +646,8 @@ int inspect_model(const std::string& path) {
       std::string shape;
       for (uint32_t d = 0; t->shape() && d < t->shape()->size(); ++d)
         shape += (d ? ", " : "") + std::to_string(t->shape()->Get(d));
-      std::printf("tensor %-3u %-28s %s [%s] @%llu, %llu bytes\n", i, t->name() ? t->name()->c_str() : "",
-                  ferry::fb::EnumNameDType(t->dtype()), shape.c_str(),
+      std::printf("tensor %-3u %-28s %s [%s] %s @%llu, %llu bytes\n", i, t->name() ? t->name()->c_str() : "",
+                  ferry::fb::EnumNameDType(t->dtype()), shape.c_str(), ferry::fb::EnumNameTensorLayout(t->layout()),
                   static_cast<unsigned long long>(t->offset()), static_cast<unsigned long long>(t->size()));
     }
   }
@@ -435,7 +673,7 @@ int inspect_checkpoint(const std::string& path, const std::string& key) {
   load.key = key;
   const Checkpoint c = load_checkpoint(file, load);
   std::printf("%s: %s, %zu bytes, sha256 %s\n", path.c_str(), c.form.c_str(), file.size(),
-              sha256_hex(file.data(), file.size()).c_str());
+              sha256_file(file).c_str());
   std::printf("%-40s %-9s %-16s %-8s %10s  %s\n", "tensor", "dtype", "shape", "location", "bytes", "storage");
   for (const TensorRef& t : c.tensors) {
     const uint64_t bytes = static_cast<uint64_t>(t.numel()) * dtype_size(t.dtype);
@@ -463,9 +701,33 @@ int cmd_inspect(int argc, char** argv) {
   return is_model ? inspect_model(path) : inspect_checkpoint(path, args.get("--key").value_or(""));
 }
 
-}  // namespace
+// SIGINT, SIGTERM, SIGHUP: the first one cancels the file writers (the
+// temporary file being written is removed as the error unwinds; a complete
+// output stays complete) and main then dies of that signal, as shells
+// expect; a second one kills at once. SIGXFSZ (the file size limit, a full
+// quota) is ignored so that a write past it fails with EFBIG: an error like
+// any other, instead of a kill that would leave the temporary file behind.
+volatile sig_atomic_t g_signal = 0;
 
-int main(int argc, char** argv) {
+void on_terminating_signal(int sig) {
+  if (g_signal != 0) {
+    std::signal(sig, SIG_DFL);
+    std::raise(sig);
+    return;
+  }
+  g_signal = sig;
+  cancel_writes();
+}
+
+void install_signal_handlers() {
+  struct sigaction sa {};
+  sa.sa_handler = on_terminating_signal;
+  sigemptyset(&sa.sa_mask);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaction(sig, &sa, nullptr);
+  std::signal(SIGXFSZ, SIG_IGN);
+}
+
+int dispatch(int argc, char** argv) {
   if (argc < 2 || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "help")) {
     std::fputs(kUsage, argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;
@@ -479,7 +741,9 @@ int main(int argc, char** argv) {
     if (cmd == "convert") return cmd_convert(argc, argv);
     if (cmd == "run") return cmd_run(argc, argv);
     if (cmd == "inspect") return cmd_inspect(argc, argv);
-    throw UsageError("unknown command '" + cmd + "' (convert, run, inspect)");
+    if (cmd == "selftest") return cmd_selftest(argc, argv);
+    if (cmd == "bench") return cmd_bench(argc, argv);
+    throw UsageError("unknown command '" + cmd + "' (convert, run, inspect, selftest, bench)");
   } catch (const UsageError& e) {
     std::fprintf(stderr, "ferry: error: %s\n%s", e.what(), kUsage);
     return 2;
@@ -493,4 +757,17 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ferry: error: internal: %s\n", e.what());
     return 1;
   }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  install_signal_handlers();
+  const int status = dispatch(argc, argv);
+  if (g_signal != 0) {
+    std::fflush(nullptr);
+    std::signal(g_signal, SIG_DFL);
+    std::raise(g_signal);
+  }
+  return status;
 }

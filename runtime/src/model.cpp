@@ -27,9 +27,10 @@ struct Loader {
   ferry_model* out;
 
   // Resolves tensor `index` of `layer_index` as float32 with `rank` dims equal
-  // to `dims`. `role` names the tensor in messages ("lstm cell 1 w_hh").
+  // to `dims`, rows grouped in `gates` gates (the G of the Panel8 layout).
+  // `role` names the tensor in messages ("lstm cell 1 w_hh").
   ferry_status tensor(int64_t index, uint32_t layer_index, const char* role,
-                      uint32_t rank, const uint32_t* dims, const float** data_out) {
+                      uint32_t rank, const uint32_t* dims, uint32_t gates, Matrix* out_matrix) {
     const auto* tensors = m->tensors();
     const uint32_t count = tensors ? tensors->size() : 0;
     if (index < 0 || index >= static_cast<int64_t>(count)) {
@@ -46,8 +47,9 @@ struct Loader {
       return fail(FERRY_UNSUPPORTED, "tensors[%lld] (%s): dtype %s is not supported by this runtime",
                   static_cast<long long>(index), role, fb::EnumNameDType(t->dtype()));
     }
-    if (t->layout() != fb::TensorLayout::RowMajor) {
-      return fail(FERRY_UNSUPPORTED, "tensors[%lld] (%s): layout %u is not supported",
+    const bool panel8 = t->layout() == fb::TensorLayout::Panel8;
+    if (!panel8 && t->layout() != fb::TensorLayout::RowMajor) {
+      return fail(FERRY_UNSUPPORTED, "tensors[%lld] (%s): layout %u is not supported (a newer format?)",
                   static_cast<long long>(index), role, static_cast<unsigned>(t->layout()));
     }
     const auto* shape = t->shape();
@@ -67,12 +69,23 @@ struct Loader {
                     static_cast<long long>(index), role);
       }
     }
+    // Panel8 pads the units of each gate to whole panels of 8 (rank and the
+    // gate grouping are the layer's, checked above and by the caller).
+    const uint32_t units = dims[0] / gates;
+    const uint32_t cols = rank == 2 ? dims[1] : 1;
+    if (panel8) {
+      elements = uint64_t{panels_of(units)} * kPanel * gates;
+      if (__builtin_mul_overflow(elements, uint64_t{cols}, &elements)) {
+        return fail(FERRY_INVALID_MODEL, "tensors[%lld] (%s): Panel8 size overflows",
+                    static_cast<long long>(index), role);
+      }
+    }
     uint64_t nbytes = 0;
     if (__builtin_mul_overflow(elements, uint64_t{4}, &nbytes) || t->size() != nbytes) {
-      return fail(FERRY_INVALID_MODEL, "tensors[%lld] (%s): size %llu bytes, shape needs %llu",
+      return fail(FERRY_INVALID_MODEL, "tensors[%lld] (%s): size %llu bytes, shape needs %llu (%s)",
                   static_cast<long long>(index), role,
                   static_cast<unsigned long long>(t->size()),
-                  static_cast<unsigned long long>(nbytes));
+                  static_cast<unsigned long long>(nbytes), fb::EnumNameTensorLayout(t->layout()));
     }
     const auto* blob = m->weights();
     const uint64_t blob_size = blob ? blob->size() : 0;
@@ -90,15 +103,20 @@ struct Loader {
                   static_cast<long long>(index), role,
                   static_cast<unsigned long long>(t->offset()), FERRY_ALIGNMENT);
     }
-    *data_out = reinterpret_cast<const float*>(blob->data() + t->offset());
+    out_matrix->data = reinterpret_cast<const float*>(blob->data() + t->offset());
+    out_matrix->gates = gates;
+    out_matrix->units = units;
+    out_matrix->cols = cols;
+    out_matrix->panel8 = panel8;
     return FERRY_OK;
   }
 
   ferry_status optional_tensor(int64_t index, uint32_t layer_index, const char* role,
-                               uint32_t rank, const uint32_t* dims, const float** data_out) {
-    *data_out = nullptr;
+                               uint32_t rank, const uint32_t* dims, uint32_t gates,
+                               Matrix* out_matrix) {
+    *out_matrix = Matrix();
     if (index == -1) return FERRY_OK;
-    return tensor(index, layer_index, role, rank, dims, data_out);
+    return tensor(index, layer_index, role, rank, dims, gates, out_matrix);
   }
 
   ferry_status recurrent(uint32_t li, const fb::Layer* l, Layer* layer, uint32_t width) {
@@ -145,20 +163,24 @@ struct Loader {
       const uint32_t b[1] = {rows};
       const uint32_t bhn[1] = {h};
       const uint32_t hr[2] = {p, h};
+      const uint32_t g = layer->gates;
       ferry_status s;
-      if ((s = tensor(fc->w_ih(), li, "w_ih", 2, ih, &cell.w_ih)) != FERRY_OK) return s;
-      if ((s = tensor(fc->w_hh(), li, "w_hh", 2, hh, &cell.w_hh)) != FERRY_OK) return s;
-      if ((s = optional_tensor(fc->bias(), li, "bias", 1, b, &cell.bias)) != FERRY_OK) return s;
+      if ((s = tensor(fc->w_ih(), li, "w_ih", 2, ih, g, &cell.w_ih)) != FERRY_OK) return s;
+      if ((s = tensor(fc->w_hh(), li, "w_hh", 2, hh, g, &cell.w_hh)) != FERRY_OK) return s;
+      if ((s = optional_tensor(fc->bias(), li, "bias", 1, b, g, &cell.bias)) != FERRY_OK) return s;
       if (layer->op == Op::kGru) {
-        if ((s = optional_tensor(fc->b_hn(), li, "b_hn", 1, bhn, &cell.b_hn)) != FERRY_OK) return s;
+        if ((s = optional_tensor(fc->b_hn(), li, "b_hn", 1, bhn, 1, &cell.b_hn)) != FERRY_OK) return s;
       } else if (fc->b_hn() != -1) {
         return fail(FERRY_INVALID_MODEL, "layers[%u] (%s).cells[%u].b_hn: set on a non-GRU layer", li, name, c);
       }
       if (p) {
-        if ((s = tensor(fc->w_hr(), li, "w_hr", 2, hr, &cell.w_hr)) != FERRY_OK) return s;
+        if ((s = tensor(fc->w_hr(), li, "w_hr", 2, hr, 1, &cell.w_hr)) != FERRY_OK) return s;
       } else if (fc->w_hr() != -1) {
         return fail(FERRY_INVALID_MODEL, "layers[%u] (%s).cells[%u].w_hr: set without proj_size", li, name, c);
       }
+      const bool packed = cell.w_ih.panel8 && cell.w_hh.panel8 && (!cell.bias || cell.bias.panel8) &&
+                          (!cell.b_hn || cell.b_hn.panel8) && (!cell.w_hr || cell.w_hr.panel8);
+      layer->panel8 = (c == 0 || layer->panel8) && packed;
     }
     out->num_cells += ncells;
     layer->state_floats = ncells * layer->h_out + (layer->op == Op::kLstm ? ncells * h : 0);
@@ -168,6 +190,7 @@ struct Loader {
     }
     if (rows > out->max_gate_rows) out->max_gate_rows = rows;
     if (h > out->max_hidden) out->max_hidden = h;
+    if (layer->h_out > out->max_h_out) out->max_h_out = layer->h_out;
     if (layer->dirs == 2) out->streamable = false;
     return FERRY_OK;
   }
@@ -231,8 +254,9 @@ struct Loader {
           const uint32_t w[2] = {o, width};
           const uint32_t b[1] = {o};
           layer.out = o;
-          if ((s = tensor(l->weight(), i, "weight", 2, w, &layer.weight)) != FERRY_OK) return s;
-          s = optional_tensor(l->bias(), i, "bias", 1, b, &layer.bias);
+          if ((s = tensor(l->weight(), i, "weight", 2, w, 1, &layer.weight)) != FERRY_OK) return s;
+          s = optional_tensor(l->bias(), i, "bias", 1, b, 1, &layer.bias);
+          layer.panel8 = layer.weight.panel8 && (!layer.bias || layer.bias.panel8);
           break;
         }
         case Op::kLast:

@@ -17,6 +17,9 @@ namespace {
 
 namespace fb = ::ferry::fb;
 
+// find_vectors(..., kAnyBackend, ...): size the arena for every backend.
+constexpr ferry_backend kAnyBackend = static_cast<ferry_backend>(-1);
+
 // Bounds that keep every product below in range on 32-bit targets too.
 constexpr uint32_t kMaxSelfTestBatch = 1u << 10;
 constexpr uint32_t kMaxSelfTestSeq = 1u << 16;
@@ -30,9 +33,16 @@ struct Vectors {
   size_t total_bytes = 0;    // session + output
 };
 
+void session_options(ferry_backend backend, const Vectors& v, ferry_session_options* options) {
+  ferry_session_options_init(options);
+  options->max_batch = v.batch;
+  options->max_seq = v.seq;
+  options->backend = backend;
+}
+
 // Finds and checks the stored vectors against the model (the FlatBuffers
 // verifier has already bounded every vector inside the buffer at load).
-ferry_status find_vectors(const ferry_model* model, Vectors* v) {
+ferry_status find_vectors(const ferry_model* model, ferry_backend backend, Vectors* v) {
   if (!model) return fail(FERRY_INVALID_ARGUMENT, "selftest: model is NULL");
   const fb::SelfTest* st = fb::GetModel(model->bytes)->selftest();
   if (!st || st->batch() == 0) {
@@ -64,15 +74,29 @@ ferry_status find_vectors(const ferry_model* model, Vectors* v) {
   }
   v->tolerance = st->tolerance();
   if (!(v->tolerance >= 0.0f) || isinf(v->tolerance)) {
-    return fail(FERRY_INVALID_MODEL, "selftest.tolerance: %g is not a finite value >= 0",
-                static_cast<double>(v->tolerance));
+    // No %g: firmware links newlib-nano, whose printf has no floats.
+    return fail(FERRY_INVALID_MODEL, "selftest.tolerance is not a finite value >= 0");
   }
   v->input = st->input()->data();
   v->expected = st->output()->data();
 
+  // The session's arena for `backend`; for kAnyBackend the largest over
+  // every backend this runtime can run on this machine.
   size_t session = 0;
-  status = ferry_arena_size(model, v->batch, v->seq, &session);
-  if (status != FERRY_OK) return status;
+  static const ferry_backend kBackends[] = {FERRY_BACKEND_REFERENCE, FERRY_BACKEND_SIMD,
+                                            FERRY_BACKEND_XNNPACK, FERRY_BACKEND_CUDA,
+                                            FERRY_BACKEND_AUTO};
+  for (const ferry_backend b : kBackends) {
+    if (backend != kAnyBackend && b != backend) continue;
+    ferry_session_options options;
+    session_options(b, *v, &options);
+    size_t bytes = 0;
+    status = ferry_session_arena_size(model, &options, &bytes);
+    if (status == FERRY_UNSUPPORTED && backend == kAnyBackend) continue;
+    if (status != FERRY_OK) return status;
+    if (bytes > session) session = bytes;
+  }
+  clear_error();
   const size_t align = FERRY_ALIGNMENT;
   if (session > SIZE_MAX - align) return fail(FERRY_INVALID_MODEL, "selftest: arena size overflows");
   v->session_bytes = (session + align - 1) / align * align;
@@ -92,7 +116,7 @@ extern "C" ferry_status ferry_selftest_arena_size(const ferry_model* model, size
   clear_error();
   if (!bytes_out) return fail(FERRY_INVALID_ARGUMENT, "selftest: bytes_out is NULL");
   Vectors v;
-  const ferry_status status = find_vectors(model, &v);
+  const ferry_status status = find_vectors(model, kAnyBackend, &v);
   if (status != FERRY_OK) return status;
   *bytes_out = v.total_bytes;
   return FERRY_OK;
@@ -104,7 +128,7 @@ extern "C" ferry_status ferry_selftest(const ferry_model* model, ferry_backend b
   using namespace ferry;
   clear_error();
   Vectors v;
-  ferry_status status = find_vectors(model, &v);
+  ferry_status status = find_vectors(model, backend, &v);
   if (status != FERRY_OK) return status;
   if (!arena) return fail(FERRY_INVALID_ARGUMENT, "selftest: arena is NULL");
   if (arena_size < v.total_bytes) {
@@ -113,10 +137,7 @@ extern "C" ferry_status ferry_selftest(const ferry_model* model, ferry_backend b
   }
 
   ferry_session_options options;
-  ferry_session_options_init(&options);
-  options.max_batch = v.batch;
-  options.max_seq = v.seq;
-  options.backend = backend;
+  session_options(backend, v, &options);
   ferry_session* session = nullptr;
   status = ferry_session_init(model, &options, arena, v.session_bytes, &session);
   if (status != FERRY_OK) return status;

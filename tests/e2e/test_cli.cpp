@@ -140,7 +140,10 @@ TEST(Cli, ConversionIsReproducibleAndRecordsProvenance) {
   EXPECT_EQ(read_text(dir / "a.fb"), read_text(dir / "b.fb"));
   const auto i = run_ferry("inspect " + shell_quote(dir / "a.fb"), dir);
   ASSERT_EQ(i.status, 0) << i.err;
-  EXPECT_NE(i.out.find("sha256"), std::string::npos);
+  // The recorded hash is the source file's SHA-256 (as sha256sum computes it).
+  ASSERT_EQ(std::system(("sha256sum " + shell_quote(kExamples + "lstm_gpu.pt") + " > " + shell_quote(dir / "sum.txt")).c_str()), 0);
+  const std::string sum = read_text(dir / "sum.txt").substr(0, 64);
+  EXPECT_NE(i.out.find("sha256 " + sum), std::string::npos) << i.out;
   EXPECT_NE(i.out.find("lstm.weight_ih_l0"), std::string::npos);  // the mapping table
   EXPECT_NE(i.out.find("LSTM"), std::string::npos);
 }

@@ -7,7 +7,6 @@
 #include <cmath>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -79,16 +78,7 @@ double max_abs_diff(const NpyArray& a, const NpyArray& b) {
   return worst;
 }
 
-// Checkpoint forms whose reader is still being written (issue 3); their
-// fixtures are committed and the tests run as soon as a form leaves this set.
-const std::set<std::string> kFormsNotYetRead = {"legacy", "whole_module", "torchscript", "safetensors"};
-
-class FixtureTest : public ::testing::TestWithParam<Fixture> {
- protected:
-  void SetUp() override {
-    if (kFormsNotYetRead.count(GetParam().form)) GTEST_SKIP() << "form '" << GetParam().form << "' not read yet";
-  }
-};
+class FixtureTest : public ::testing::TestWithParam<Fixture> {};
 
 TEST_P(FixtureTest, ConvertsAndMatchesPyTorch) {
   const Fixture& f = GetParam();

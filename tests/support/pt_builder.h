@@ -324,6 +324,11 @@ struct TensorSpec {
   std::vector<int64_t> stride;           // empty: contiguous
   std::string v3_dtype;                  // "float16" -> _rebuild_tensor_v3(..., torch.float16)
   bool parameter = false;                // wrap in _rebuild_parameter(t, True, OrderedDict())
+  // Legacy stream: the persistent id gets a 6th item, the view metadata:
+  // None, or (view_key, view_offset, view_size) when view_key is set.
+  bool legacy = false;
+  std::string view_key;
+  int64_t view_offset = 0, view_size = 0;
 };
 
 inline std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& size) {
@@ -345,7 +350,12 @@ inline void emit_tensor(PickleBuilder& p, const TensorSpec& t) {
   p.global("torch._utils", v3 ? "_rebuild_tensor_v3" : "_rebuild_tensor_v2");
   p.mark();
   p.mark().str("storage").global(t.storage_class == "UntypedStorage" ? "torch.storage" : "torch", t.storage_class);
-  p.str(t.key).str(t.location).integer(t.storage_numel).tuple().binpersid();
+  p.str(t.key).str(t.location).integer(t.storage_numel);
+  if (t.legacy) {
+    if (t.view_key.empty()) p.none();
+    else p.str(t.view_key).integer(t.view_offset).integer(t.view_size).tuple_n(3);
+  }
+  p.tuple().binpersid();
   p.integer(t.offset);
   const std::vector<int64_t> stride = t.stride.empty() ? contiguous_strides(t.size) : t.stride;
   p.mark();
@@ -395,6 +405,168 @@ inline Bytes checkpoint_zip(const Bytes& data_pkl, const std::vector<std::pair<s
   for (const auto& [key, data] : storages) z.add(prefix + "/data/" + key, data);
   z.add(prefix + "/version", bytes_of("3\n"));
   return z.finish();
+}
+
+// ---------------------------------------------------------------------------
+// Whole pickled modules (torch.save(model)), laid out as torch 1.13 pickles
+// an nn.Module: NEWOBJ of the class, then BUILD of its __dict__.
+
+struct ModuleSpec {
+  std::string module = "torch.nn.modules.linear";  // the class's module
+  std::string cls = "Linear";
+  std::vector<TensorSpec> parameters;              // emitted as _rebuild_parameter
+  std::vector<std::string> none_parameters;        // registered as None (bias=False)
+  std::vector<TensorSpec> buffers;
+  std::vector<std::string> non_persistent;         // _non_persistent_buffers_set
+  std::vector<std::pair<std::string, ModuleSpec>> children;
+  // Plain attributes: "True"/"False" -> bool, digits -> int, else str.
+  std::vector<std::pair<std::string, std::string>> attributes;
+  // Legacy stream: the class comes as BINPERSID ('module', class, file, source).
+  bool legacy_class_pid = false;
+};
+
+inline void emit_attribute_value(PickleBuilder& p, const std::string& v) {
+  if (v == "True" || v == "False") {
+    p.boolean(v == "True");
+  } else if (!v.empty() && v.find_first_not_of("0123456789") == std::string::npos) {
+    p.integer(std::stoll(v));
+  } else {
+    p.str(v);
+  }
+}
+
+// Pushes the module object. Recursive: test modules are a few levels deep.
+inline void emit_module(PickleBuilder& p, const ModuleSpec& m) {
+  if (m.legacy_class_pid) {
+    p.mark().str("module").global(m.module, m.cls).str("model.py").str("class Net: ...").tuple().binpersid();
+  } else {
+    p.global(m.module, m.cls);
+  }
+  p.empty_tuple().newobj();
+  p.empty_dict().mark();
+  p.str("training").boolean(false);
+  p.str("_parameters").global("collections", "OrderedDict").empty_tuple().reduce().mark();
+  for (const TensorSpec& t : m.parameters) {
+    TensorSpec param = t;
+    param.parameter = true;
+    p.str(t.name);
+    emit_tensor(p, param);
+  }
+  for (const std::string& n : m.none_parameters) p.str(n).none();
+  p.setitems();
+  p.str("_buffers").global("collections", "OrderedDict").empty_tuple().reduce().mark();
+  for (const TensorSpec& t : m.buffers) {
+    p.str(t.name);
+    emit_tensor(p, t);
+  }
+  p.setitems();
+  p.str("_non_persistent_buffers_set").global("__builtin__", "set").empty_list().mark();
+  for (const std::string& n : m.non_persistent) p.str(n);
+  p.appends().tuple_n(1).reduce();
+  p.str("_backward_hooks").global("collections", "OrderedDict").empty_tuple().reduce();
+  p.str("_modules").global("collections", "OrderedDict").empty_tuple().reduce().mark();
+  for (const auto& [name, child] : m.children) {
+    p.str(name);
+    emit_module(p, child);
+  }
+  p.setitems();
+  for (const auto& [name, value] : m.attributes) {
+    p.str(name);
+    emit_attribute_value(p, value);
+  }
+  p.setitems().build();
+}
+
+inline Bytes module_pickle(const ModuleSpec& m) {
+  PickleBuilder p;
+  p.proto(2);
+  emit_module(p, m);
+  p.stop();
+  return p.bytes;
+}
+
+// ---------------------------------------------------------------------------
+// Legacy (pre-1.6) stream: magic, protocol version, sys_info, the object, the
+// storage key list, then per key an int64 element count and the raw bytes.
+
+// The first three pickles; `protocol` other than 1001 makes a bad file.
+inline Bytes legacy_header(int64_t protocol = 1001) {
+  PickleBuilder p;
+  p.proto(2).raw({0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19}).stop();
+  p.proto(2).integer(protocol).stop();
+  p.proto(2).empty_dict().mark().str("protocol_version").integer(1001).str("little_endian").boolean(true);
+  p.str("type_sizes").empty_dict().mark().str("short").integer(2).str("int").integer(4).str("long").integer(4);
+  p.setitems().setitems().stop();
+  return p.bytes;
+}
+
+inline Bytes legacy_key_list(const std::vector<std::string>& keys) {
+  PickleBuilder p;
+  p.proto(2).empty_list().mark();
+  for (const std::string& k : keys) p.str(k);
+  p.appends().stop();
+  return p.bytes;
+}
+
+// One raw storage: int64 LE element count, then the bytes.
+inline Bytes legacy_storage(int64_t count, const Bytes& data) {
+  Bytes out;
+  put64(out, uint64_t(count));
+  append(out, data);
+  return out;
+}
+
+struct LegacyStorage {
+  std::string key;
+  int64_t count = 0;  // elements
+  Bytes data;
+};
+
+// A whole legacy file: header, `main` (a pickle), the key list in the order
+// given, the storages.
+inline Bytes legacy_checkpoint(const Bytes& main, const std::vector<LegacyStorage>& storages) {
+  Bytes out = legacy_header();
+  append(out, main);
+  std::vector<std::string> keys;
+  for (const LegacyStorage& s : storages) keys.push_back(s.key);
+  append(out, legacy_key_list(keys));
+  for (const LegacyStorage& s : storages) append(out, legacy_storage(s.count, s.data));
+  return out;
+}
+
+// ---------------------------------------------------------------------------
+// TorchScript archive (torch.jit.save): data.pkl + data/<key>, constants.pkl,
+// code/<path>.py records (Deflate, as torch writes them), version.
+
+inline Bytes torchscript_zip(const Bytes& data_pkl, const std::vector<std::pair<std::string, Bytes>>& storages,
+                             const std::vector<std::pair<std::string, std::string>>& code,
+                             const Bytes& constants_pkl = {}, const std::string& prefix = "model") {
+  ZipBuilder z;
+  z.add(prefix + "/data.pkl", data_pkl);
+  for (const auto& [key, data] : storages) z.add(prefix + "/data/" + key, data);
+  for (const auto& [name, text] : code) {
+    const Bytes plain = bytes_of(text);
+    z.add(prefix + "/code/" + name, deflate_stored_blocks(plain), false, 8, plain.size(), test_crc32(plain));
+  }
+  PickleBuilder empty;
+  empty.proto(2).empty_tuple().stop();
+  z.add(prefix + "/constants.pkl", constants_pkl.empty() ? empty.bytes : constants_pkl);
+  z.add(prefix + "/version", bytes_of("3\n"));
+  return z.finish();
+}
+
+// ---------------------------------------------------------------------------
+// safetensors: u64 LE header length, the JSON header (padded with spaces to
+// a multiple of 8, as the safetensors library does), the data.
+
+inline Bytes safetensors_file(const std::string& header, const Bytes& data, bool pad = true) {
+  std::string h = header;
+  if (pad) h.append((8 - h.size() % 8) % 8, ' ');
+  Bytes out;
+  put64(out, h.size());
+  append(out, h);
+  append(out, data);
+  return out;
 }
 
 // A file in the temp directory holding `data`, removed on destruction.

@@ -1,12 +1,16 @@
-// Checkpoint reading (converter/src/checkpoint.h) on zip checkpoints built
+// Checkpoint reading (converter/src/checkpoint.h) on zip checkpoints (state
+// dicts, training checkpoints, whole pickled modules) built
 // byte by byte, as a GPU machine's torch.save writes them ('cuda:0').
 // The converter is optional (FERRY_CONVERTER); these tests need it.
 #ifdef FERRY_HAVE_CONVERTER
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <dirent.h>
+#include <fstream>
 #include <limits>
 #include <memory>
 #include <string>
@@ -328,7 +332,9 @@ TEST(Checkpoint, LargestTensorDictWhenNoKnownKey) {
   EXPECT_EQ(l.ck.form, "zip training checkpoint (key 'student')");
   ASSERT_EQ(l.ck.tensors.size(), 2u);
   EXPECT_EQ(to_float32(l.ck.tensors[1]), (std::vector<float>{3}));
-  EXPECT_EQ(ignored_reason(l.ck, "ema"), "not selected (dict)");
+  // The other dict's tensors are listed under their path from the top.
+  EXPECT_EQ(ignored_reason(l.ck, "ema.a"), "not selected (under key 'ema')");
+  EXPECT_EQ(ignored_reason(l.ck, "ema"), "");
 
   // --key overrides the choice.
   LoadOptions o;
@@ -370,14 +376,6 @@ TEST(Checkpoint, NoStateDictFound) {
   PickleBuilder list;
   list.proto().empty_list().stop();
   EXPECT_TRUE(contains(load_error(test::checkpoint_zip(list.bytes, {})), "not a state dict"));
-}
-
-TEST(Checkpoint, WholeModuleIsNotSupportedYet) {
-  PickleBuilder p;
-  p.proto().global("__main__", "Net").empty_tuple().newobj().empty_dict().build().stop();
-  const std::string msg = load_error(test::checkpoint_zip(p.bytes, {}));
-  EXPECT_TRUE(contains(msg, "__main__.Net")) << msg;
-  EXPECT_TRUE(contains(msg, "not supported yet")) << msg;
 }
 
 TEST(Checkpoint, MaliciousPickleIsRefused) {
@@ -433,14 +431,16 @@ TEST(Checkpoint, OtherFormatsAreRecognized) {
   std::memcpy(tar.data() + 257, "ustar", 5);
   EXPECT_TRUE(contains(load_error(tar), "pre-0.3 PyTorch tar format"));
 
+  // A legacy stream that stops after its magic number: detected and read.
   Bytes legacy = {0x80, 0x02, 0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19, 0x2e};
-  EXPECT_TRUE(contains(load_error(legacy), "legacy"));
-  EXPECT_TRUE(contains(load_error(legacy), "not supported yet"));
+  EXPECT_TRUE(contains(load_error(legacy), "legacy stream, protocol version pickle")) << load_error(legacy);
 
   Bytes safetensors;
   test::put64(safetensors, 2);
   test::append(safetensors, "{}");
-  EXPECT_TRUE(contains(load_error(safetensors), "safetensors"));
+  Loaded st = load(safetensors);
+  EXPECT_EQ(st.ck.form, "safetensors");
+  EXPECT_TRUE(st.ck.tensors.empty());
 
   EXPECT_TRUE(contains(load_error(test::bytes_of("PYTORCH1 and more")), "PYTORCH1"));
   EXPECT_TRUE(contains(load_error(PickleBuilder().proto().none().stop().bytes), "not a torch.save checkpoint"));
@@ -512,6 +512,361 @@ TEST(Checkpoint, ZipCorruptionNeverCrashes) {
     } catch (const Error&) {
     }
   }
+}
+
+// ---------------------------------------------------------------------------
+// Training checkpoints: what is not the model is listed under its own path.
+
+TEST(Checkpoint, IgnoredEntriesAreNamedByTheirPathFromTheTop) {
+  PickleBuilder p;
+  p.proto(2).empty_dict().mark();
+  p.str("epoch").integer(3);
+  p.str("model_state_dict");
+  test::emit_state_dict(p, {spec("fc.weight", "0", 2, {1, 2})});
+  p.str("optimizer_state_dict").empty_dict().mark().str("state").empty_dict().mark();
+  p.integer(0).empty_dict().mark().str("step");
+  test::emit_tensor(p, spec("", "1", 1, {}));
+  p.str("exp_avg");
+  test::emit_tensor(p, spec("", "2", 2, {1, 2}));
+  p.setitems().setitems();
+  p.str("param_groups").empty_list().empty_dict().str("lr").binfloat(0.1).setitem().append_();
+  p.setitems();
+  p.str("history").empty_list();
+  test::emit_tensor(p, spec("", "3", 1, {1}));
+  p.append_();
+  p.setitems().stop();
+  const Bytes zip = test::checkpoint_zip(
+      p.bytes, {{"0", f32({1, 2})}, {"1", f32({1})}, {"2", f32({0, 0})}, {"3", f32({5})}});
+  Loaded l = load(zip);
+  ASSERT_EQ(l.ck.tensors.size(), 1u);
+  EXPECT_EQ(ignored_reason(l.ck, "epoch"), "not a tensor (int)");
+  EXPECT_EQ(ignored_reason(l.ck, "optimizer_state_dict.state.0.step"), "optimizer state");
+  EXPECT_EQ(ignored_reason(l.ck, "optimizer_state_dict.state.0.exp_avg"), "optimizer state");
+  EXPECT_EQ(ignored_reason(l.ck, "history.0"), "not selected (under key 'history')");
+  EXPECT_EQ(ignored_reason(l.ck, "optimizer_state_dict"), "");  // listed by its tensors
+  EXPECT_EQ(l.ck.ignored.size(), 4u);
+}
+
+// ---------------------------------------------------------------------------
+// Whole pickled modules (torch.save(model)).
+
+test::ModuleSpec lstm_module(bool batch_first) {
+  test::ModuleSpec m;
+  m.module = "torch.nn.modules.rnn";
+  m.cls = "LSTM";
+  m.parameters = {spec("weight_ih_l0", "1", 8, {8, 1}), spec("weight_hh_l0", "2", 16, {8, 2})};
+  m.attributes = {{"mode", "LSTM"},           {"input_size", "1"},    {"hidden_size", "2"},
+                  {"num_layers", "1"},        {"bias", "False"},      {"batch_first", batch_first ? "True" : "False"},
+                  {"bidirectional", "False"}, {"proj_size", "0"}};
+  return m;
+}
+
+test::ModuleSpec linear_module() {
+  test::ModuleSpec m;
+  m.parameters = {spec("weight", "3", 2, {1, 2}), spec("bias", "4", 1, {1})};
+  m.attributes = {{"in_features", "2"}, {"out_features", "1"}};
+  return m;
+}
+
+std::vector<std::pair<std::string, Bytes>> module_storages() {
+  std::vector<float> w_ih(8), w_hh(16);
+  for (int i = 0; i < 8; ++i) w_ih[size_t(i)] = float(i);
+  for (int i = 0; i < 16; ++i) w_hh[size_t(i)] = float(-i);
+  return {{"0", f32({7})}, {"1", f32(w_ih)}, {"2", f32(w_hh)}, {"3", f32({1, 2})},
+          {"4", f32({3})}, {"5", f32({9, 9})}, {"6", f32({4, 4})}};
+}
+
+test::ModuleSpec net_module() {
+  test::ModuleSpec net;
+  net.module = "__main__";
+  net.cls = "Net";
+  net.parameters = {spec("scale", "0", 1, {1})};
+  net.none_parameters = {"unused"};
+  net.buffers = {spec("running", "5", 2, {2}), spec("scratch", "6", 2, {2})};
+  net.non_persistent = {"scratch"};
+  net.children = {{"lstm", lstm_module(true)}, {"fc", linear_module()}};
+  net.attributes = {{"batch_first", "True"}, {"name", "demo"}};
+  return net;
+}
+
+std::vector<std::string> names_of(const Checkpoint& ck) {
+  std::vector<std::string> n;
+  for (const TensorRef& t : ck.tensors) n.push_back(t.name);
+  return n;
+}
+
+TEST(Checkpoint, WholeModuleInStateDictOrder) {
+  Loaded l = load(test::checkpoint_zip(test::module_pickle(net_module()), module_storages()));
+  EXPECT_EQ(l.ck.form, "zip whole module (__main__.Net)");
+  // Own parameters, persistent buffers, then children depth first; None
+  // parameters and non-persistent buffers are not state-dict entries.
+  EXPECT_EQ(names_of(l.ck), (std::vector<std::string>{"scale", "running", "lstm.weight_ih_l0", "lstm.weight_hh_l0",
+                                                      "fc.weight", "fc.bias"}));
+  EXPECT_EQ(to_float32(l.ck.tensors[3])[5], -5.0f);
+  EXPECT_EQ(l.ck.attributes.at("lstm.batch_first"), "true");
+  EXPECT_EQ(l.ck.attributes.at("lstm.hidden_size"), "2");
+  EXPECT_EQ(l.ck.attributes.at("lstm.bias"), "false");
+  EXPECT_EQ(l.ck.attributes.at("lstm.mode"), "LSTM");
+  EXPECT_EQ(l.ck.attributes.at("batch_first"), "true");  // the root's own
+  EXPECT_EQ(l.ck.attributes.count("name"), 0u);          // not a hyper-parameter
+  EXPECT_EQ(l.ck.attributes.count("fc.bias"), 0u);       // a parameter, not a flag
+  EXPECT_TRUE(l.ck.ignored.empty());
+}
+
+TEST(Checkpoint, WholeModuleRnnModeDecidesTheNonlinearity) {
+  test::ModuleSpec rnn;
+  rnn.module = "torch.nn.modules.rnn";
+  rnn.cls = "RNN";
+  rnn.parameters = {spec("weight_ih_l0", "1", 8, {8, 1})};
+  // forward() runs what `mode` says, whatever `nonlinearity` claims.
+  rnn.attributes = {{"mode", "RNN_RELU"}, {"batch_first", "False"}, {"nonlinearity", "tanh"}};
+  test::ModuleSpec net;
+  net.module = "__main__";
+  net.cls = "Net";
+  net.children = {{"rnn", rnn}};
+  // DataParallel(net): every name starts with "module."; attribute keys are
+  // stripped the way tensor names are when modules are grouped.
+  test::ModuleSpec dp;
+  dp.module = "torch.nn.parallel.data_parallel";
+  dp.cls = "DataParallel";
+  dp.children = {{"module", net}};
+  Loaded l = load(test::checkpoint_zip(test::module_pickle(dp), module_storages()));
+  EXPECT_EQ(l.ck.form, "zip whole module (torch.nn.parallel.data_parallel.DataParallel)");
+  EXPECT_EQ(names_of(l.ck), (std::vector<std::string>{"module.rnn.weight_ih_l0"}));
+  EXPECT_EQ(l.ck.attributes.at("rnn.nonlinearity"), "relu");
+  EXPECT_EQ(l.ck.attributes.at("rnn.mode"), "RNN_RELU");
+  EXPECT_EQ(l.ck.attributes.at("rnn.batch_first"), "false");
+}
+
+TEST(Checkpoint, WholeModuleUnderACheckpointKey) {
+  PickleBuilder p;
+  p.proto(2).empty_dict().mark().str("epoch").integer(4).str("model");
+  test::emit_module(p, net_module());
+  p.str("optimizer").empty_dict();
+  p.setitems().stop();
+  Loaded l = load(test::checkpoint_zip(p.bytes, module_storages()));
+  EXPECT_EQ(l.ck.form, "zip training checkpoint (key 'model', whole module __main__.Net)");
+  EXPECT_EQ(l.ck.tensors.size(), 6u);
+  EXPECT_EQ(l.ck.attributes.at("lstm.batch_first"), "true");
+  EXPECT_EQ(ignored_reason(l.ck, "optimizer"), "optimizer state");
+
+  // Two modules under unknown keys: the user chooses.
+  PickleBuilder two;
+  two.proto(2).empty_dict().mark().str("student");
+  test::emit_module(two, net_module());
+  two.str("teacher");
+  test::emit_module(two, net_module());
+  two.setitems().stop();
+  const Bytes zip = test::checkpoint_zip(two.bytes, module_storages());
+  const std::string msg = load_error(zip);
+  EXPECT_TRUE(contains(msg, "several whole modules in the checkpoint: 'student' (__main__.Net), 'teacher'")) << msg;
+  EXPECT_TRUE(contains(msg, "--key")) << msg;
+  LoadOptions o;
+  o.key = "teacher";
+  EXPECT_EQ(load(zip, o).ck.form, "zip training checkpoint (key 'teacher', whole module __main__.Net)");
+  // --key on a file that is one module is a mistake worth saying.
+  const std::string root_key = load_error(test::checkpoint_zip(test::module_pickle(net_module()), module_storages()), o);
+  EXPECT_TRUE(contains(root_key, "--key 'teacher' given, but the file holds a whole pickled module")) << root_key;
+}
+
+TEST(Checkpoint, SharedSubmoduleAppearsUnderEveryPath) {
+  // state_dict() names a shared module once per path; so does the walk.
+  PickleBuilder p;
+  p.proto(2).global("__main__", "Net").empty_tuple().newobj().empty_dict().mark();
+  p.str("_parameters").global("collections", "OrderedDict").empty_tuple().reduce();
+  p.str("_modules").global("collections", "OrderedDict").empty_tuple().reduce().mark();
+  p.str("a");
+  test::emit_module(p, linear_module());
+  p.binput(200);
+  p.str("b").binget(200);
+  p.setitems().setitems().build().stop();
+  Loaded l = load(test::checkpoint_zip(p.bytes, module_storages()));
+  EXPECT_EQ(names_of(l.ck), (std::vector<std::string>{"a.weight", "a.bias", "b.weight", "b.bias"}));
+}
+
+// Net(_modules={name: <memo 0, the Net itself or an ancestor>}).
+TEST(Checkpoint, WholeModuleCyclesAreRefused) {
+  PickleBuilder self;
+  self.proto(2).global("__main__", "Net").empty_tuple().newobj().binput(0).empty_dict().mark();
+  self.str("_parameters").global("collections", "OrderedDict").empty_tuple().reduce();
+  self.str("_modules").global("collections", "OrderedDict").empty_tuple().reduce().mark();
+  self.str("me").binget(0);
+  self.setitems().setitems().build().stop();
+  const std::string msg = load_error(test::checkpoint_zip(self.bytes, {}));
+  EXPECT_TRUE(contains(msg, "module cycle: submodule 'me' (class __main__.Net) is the module '<root>'")) << msg;
+
+  // root -> enc -> back to enc's parent's child: enc.inner.loop is enc.
+  PickleBuilder deep;
+  deep.proto(2).global("__main__", "Net").empty_tuple().newobj().empty_dict().mark();
+  deep.str("_parameters").global("collections", "OrderedDict").empty_tuple().reduce();
+  deep.str("_modules").global("collections", "OrderedDict").empty_tuple().reduce().mark();
+  deep.str("enc").global("__main__", "Enc").empty_tuple().newobj().binput(1).empty_dict().mark();
+  deep.str("_modules").global("collections", "OrderedDict").empty_tuple().reduce().mark();
+  deep.str("inner").global("__main__", "Inner").empty_tuple().newobj().empty_dict().mark();
+  deep.str("_modules").global("collections", "OrderedDict").empty_tuple().reduce().mark();
+  deep.str("loop").binget(1);
+  deep.setitems().setitems().build();  // Inner
+  deep.setitems().setitems().build();  // Enc
+  deep.setitems().setitems().build().stop();
+  const std::string d = load_error(test::checkpoint_zip(deep.bytes, {}));
+  EXPECT_TRUE(contains(d, "submodule 'enc.inner.loop' (class __main__.Enc) is the module 'enc'")) << d;
+}
+
+TEST(Checkpoint, MaliciousWholeModuleIsRefusedBeforeAnythingRuns) {
+  // The payload sits where a submodule would: GLOBAL 'os system' + REDUCE.
+  for (const char* module : {"os", "posix", "subprocess"}) {
+    PickleBuilder p;
+    p.proto(2).global("__main__", "Net").empty_tuple().newobj().empty_dict().mark();
+    p.str("_parameters").global("collections", "OrderedDict").empty_tuple().reduce();
+    p.str("_modules").global("collections", "OrderedDict").empty_tuple().reduce().mark();
+    p.str("evil").global(module, "system").str("touch /tmp/ferry_pwned").tuple_n(1).reduce();
+    p.setitems().setitems().build().stop();
+    const std::string msg = load_error(test::checkpoint_zip(p.bytes, {}));
+    EXPECT_TRUE(contains(msg, std::string("refused global '") + module + ".system'")) << msg;
+    EXPECT_TRUE(contains(msg, "record 'archive/data.pkl'")) << msg;
+    EXPECT_TRUE(contains(msg, "at byte ")) << msg;
+  }
+  // A user class may be NEWOBJ'd (inert) but never called.
+  PickleBuilder call;
+  call.proto(2).global("__main__", "Net").empty_tuple().newobj().empty_dict().mark();
+  call.str("_modules").global("collections", "OrderedDict").empty_tuple().reduce().mark();
+  call.str("x").global("__main__", "Evil").empty_tuple().reduce();
+  call.setitems().setitems().build().stop();
+  const std::string msg = load_error(test::checkpoint_zip(call.bytes, {}));
+  EXPECT_TRUE(contains(msg, "refused REDUCE of '__main__.Evil'")) << msg;
+  EXPECT_FALSE(std::ifstream("/tmp/ferry_pwned").good());
+}
+
+TEST(Checkpoint, ObjectsThatAreNotModules) {
+  PickleBuilder config;
+  config.proto(2).global("__main__", "Config").empty_tuple().newobj().empty_dict().str("lr").binfloat(0.1).setitem().build().stop();
+  const std::string a = load_error(test::checkpoint_zip(config.bytes, {}));
+  EXPECT_TRUE(contains(a, "module '<root>' (class __main__.Config): not an nn.Module")) << a;
+
+  PickleBuilder stateless;
+  stateless.proto(2).global("__main__", "Net").empty_tuple().newobj().stop();
+  EXPECT_TRUE(contains(load_error(test::checkpoint_zip(stateless.bytes, {})), "no attribute dict"));
+
+  PickleBuilder child;
+  child.proto(2).global("__main__", "Net").empty_tuple().newobj().empty_dict().mark();
+  child.str("_modules").global("collections", "OrderedDict").empty_tuple().reduce().mark();
+  child.str("head").integer(5);
+  child.setitems().setitems().build().stop();
+  const std::string c = load_error(test::checkpoint_zip(child.bytes, {}));
+  EXPECT_TRUE(contains(c, "submodule 'head' is a int, not a module")) << c;
+
+  PickleBuilder params;
+  params.proto(2).global("__main__", "Net").empty_tuple().newobj().empty_dict().mark();
+  params.str("_parameters").empty_list();
+  params.setitems().build().stop();
+  EXPECT_TRUE(contains(load_error(test::checkpoint_zip(params.bytes, {})), "_parameters is a list, not a dict"));
+}
+
+// ---------------------------------------------------------------------------
+// to_float32_range: any chunking of any view equals the whole tensor.
+
+struct HandView {
+  std::vector<uint8_t> bytes;
+  TensorRef t;
+};
+
+HandView hand_view(DType dtype, std::vector<int64_t> shape, std::vector<int64_t> stride, int64_t offset,
+                   size_t storage_elements, bool big_endian) {
+  HandView h;
+  const size_t esize = dtype_size(dtype);
+  h.bytes.resize(storage_elements * esize);
+  for (size_t i = 0; i < storage_elements; ++i) {
+    // Small integers: exact in every float dtype.
+    const float v = float(int(i % 97) - 48);
+    uint8_t b[8];
+    if (dtype == DType::F32) std::memcpy(b, &v, 4);
+    if (dtype == DType::F64) { const double d = v; std::memcpy(b, &d, 8); }
+    if (dtype == DType::BF16) { uint32_t u; std::memcpy(&u, &v, 4); const uint16_t x = uint16_t(u >> 16); std::memcpy(b, &x, 2); }
+    if (dtype == DType::F16) {
+      // |v| <= 48 is exact in half: build it from its float bits.
+      uint32_t u;
+      std::memcpy(&u, &v, 4);
+      const uint32_t sign = (u >> 16) & 0x8000, exp = (u >> 23) & 0xFF, mant = u & 0x7FFFFF;
+      const uint16_t x = v == 0 ? uint16_t(sign) : uint16_t(sign | ((exp - 112) << 10) | (mant >> 13));
+      std::memcpy(b, &x, 2);
+    }
+    if (big_endian) std::reverse(b, b + esize);
+    std::memcpy(h.bytes.data() + i * esize, b, esize);
+  }
+  auto s = std::make_shared<Storage>();
+  s->data = h.bytes.data();
+  s->nbytes = h.bytes.size();
+  s->numel = storage_elements;
+  s->dtype = dtype;
+  s->big_endian = big_endian;
+  h.t.name = "v";
+  h.t.dtype = dtype;
+  h.t.shape = std::move(shape);
+  h.t.stride = std::move(stride);
+  h.t.offset = offset;
+  h.t.storage = s;
+  return h;
+}
+
+// The value at a multi-index, computed directly from the definition.
+std::vector<float> reference_values(const TensorRef& t) {
+  std::vector<float> out;
+  const int64_t n = t.numel();
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t rest = i, at = t.offset;
+    for (size_t d = t.shape.size(); d-- > 0;) {
+      at += (rest % t.shape[d]) * t.stride[d];
+      rest /= t.shape[d];
+    }
+    out.push_back(float(int(at % 97) - 48));
+  }
+  return out;
+}
+
+TEST(Checkpoint, ToFloat32RangeChunksEqualTheWholeTensor) {
+  struct Case {
+    DType dtype;
+    std::vector<int64_t> shape, stride;
+    int64_t offset;
+    size_t storage;
+    bool big_endian;
+    bool contiguous;
+  };
+  const Case cases[] = {
+      {DType::F32, {4, 5}, {5, 1}, 3, 23, false, true},          // contiguous, offset
+      {DType::F32, {5, 4}, {1, 5}, 0, 20, false, false},         // transposed
+      {DType::F16, {3, 1, 4}, {1, 999, 3}, 2, 14, false, false}, // permuted, size-1 dim with a wild stride
+      {DType::F16, {2, 1, 3}, {3, 999, 1}, 1, 7, false, true},   // contiguous despite the wild stride
+      {DType::BF16, {2, 3, 4}, {12, 4, 1}, 0, 24, true, true},   // big-endian contiguous
+      {DType::F64, {3, 4, 2}, {1, 6, 3}, 1, 30, true, false},    // strided, big-endian
+      {DType::F16, {7}, {3}, 1, 20, false, false},               // every third element
+      {DType::F32, {}, {}, 5, 6, false, true},                   // a scalar
+  };
+  for (const Case& c : cases) {
+    HandView h = hand_view(c.dtype, c.shape, c.stride, c.offset, c.storage, c.big_endian);
+    const std::vector<float> want = reference_values(h.t);
+    ASSERT_EQ(to_float32(h.t), want) << dtype_name(c.dtype) << " " << h.t.shape.size();
+    EXPECT_EQ(is_contiguous(h.t), c.contiguous);
+    const uint64_t n = want.size();
+    for (uint64_t chunk = 1; chunk <= n; ++chunk) {
+      std::vector<float> got(n, -1000);
+      for (uint64_t begin = 0; begin < n; begin += chunk)
+        to_float32_range(h.t, got.data() + begin, begin, std::min(chunk, n - begin));
+      ASSERT_EQ(got, want) << "chunk " << chunk;
+    }
+  }
+  HandView h = hand_view(DType::F32, {2, 3}, {3, 1}, 0, 6, false);
+  float out[6];
+  EXPECT_NO_THROW(to_float32_range(h.t, out, 6, 0));
+  try {
+    to_float32_range(h.t, out, 4, 3);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_TRUE(contains(e.what(), "elements [4, 7) requested of a tensor of 6")) << e.what();
+  }
+  EXPECT_THROW(to_float32_range(h.t, out, UINT64_MAX, 2), Error);
+  h.t.shape = {3, 3};  // now past its storage: refused on every call
+  EXPECT_THROW(to_float32_range(h.t, out, 0, 1), Error);
 }
 
 // Golden files written by real torch (tests/fixtures/models, made by

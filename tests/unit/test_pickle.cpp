@@ -427,6 +427,27 @@ TEST(Pickle, RebuildFromTypeV2AppliesTheInnerRebuild) {
   EXPECT_EQ(t.root->tensor->size, (std::vector<int64_t>{4}));
 }
 
+TEST(Pickle, OldStyleParameterReduceReturnsItsTensor) {
+  // PyTorch 0.4: Parameter.__reduce_ex__ -> (Parameter, (tensor, requires_grad)).
+  PickleBuilder p;
+  p.proto().global("torch.nn.parameter", "Parameter").global("torch._utils", "_rebuild_tensor_v2").mark();
+  p.mark().str("storage").global("torch", "FloatStorage").str("0").str("cpu").integer(2).tuple().binpersid();
+  p.integer(0).integer(2).tuple_n(1).integer(1).tuple_n(1).boolean(false);
+  p.global("collections", "OrderedDict").empty_tuple().reduce().tuple().reduce();
+  p.boolean(true).tuple_n(2).reduce().stop();
+  StubLoader loader;
+  PickleTree t = load(p.bytes, &loader);
+  ASSERT_EQ(t.root->kind, Kind::Tensor);
+  EXPECT_TRUE(t.root->tensor->requires_grad);
+  // Of anything but a tensor, and torch.Tensor(...) itself, it is refused.
+  PickleBuilder q;
+  q.proto().global("torch.nn.parameter", "Parameter").str("x").tuple_n(1).reduce().stop();
+  EXPECT_NE(load_error(q.bytes).find("Parameter of a str, not a tensor"), std::string::npos) << load_error(q.bytes);
+  PickleBuilder r;
+  r.proto().global("torch", "Tensor").empty_tuple().reduce().stop();
+  EXPECT_NE(load_error(r.bytes).find("refused REDUCE of 'torch.Tensor'"), std::string::npos);
+}
+
 TEST(Pickle, MalformedTensorArgumentsAreRefused) {
   auto tensor_with = [](std::vector<int64_t> size, std::vector<int64_t> stride, int64_t offset) {
     PickleBuilder p;

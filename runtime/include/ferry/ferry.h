@@ -107,10 +107,27 @@ ferry_status ferry_model_get_info(const ferry_model* model, ferry_model_info* in
 /* -------------------------------------------------------------- session -- */
 
 /* Exact arena bytes for a session that runs batches up to `max_batch` and
- * sequences up to `max_seq` steps (max_seq 1 for streaming only). */
+ * sequences up to `max_seq` steps (max_seq 1 for streaming only), with the
+ * default options (backend auto). */
 ferry_status ferry_arena_size(const ferry_model* model, size_t max_batch,
                               size_t max_seq, size_t* bytes_out);
 
+/* Backends. Every one computes the same function (each is tested against
+ * `reference`); they differ in speed and in rounding.
+ *   REFERENCE  portable scalar C++, the oracle; runs any model file.
+ *   SIMD       AVX2+FMA (x86-64) or NEON (Arm) kernels on the weights the
+ *              converter packed for them (model format >= 1.1).
+ *   XNNPACK    XNNPACK's GEMM for the input products of many time steps at
+ *              once and for Linear layers, the recurrence on SIMD.
+ *   AUTO       per layer: SIMD where the CPU and the file allow, else
+ *              REFERENCE; XNNPACK for large products where it is faster and
+ *              gives bit-identical results (checked at init).
+ * A backend that cannot run here makes ferry_session_init (and
+ * ferry_session_arena_size) return FERRY_UNSUPPORTED with a message.
+ * On SIMD, XNNPACK and AUTO, the output does not depend on how a sequence is
+ * split into ferry_step calls nor on the number of threads: bit for bit.
+ * NaN inputs propagate as NaN on REFERENCE and SIMD; XNNPACK's output clamp
+ * turns the NaNs of the products it computes into -inf. */
 typedef enum ferry_backend {
   FERRY_BACKEND_AUTO = 0,
   FERRY_BACKEND_REFERENCE = 1,
@@ -124,19 +141,46 @@ typedef struct ferry_session_options {
   size_t max_batch;    /* >= 1 */
   size_t max_seq;      /* >= 1 */
   ferry_backend backend;
+  /* Optional (NULL: everything runs on the calling thread): a pthreadpool_t
+   * (<pthreadpool.h>) that ferry_run and ferry_step spread their work over.
+   * Owned by the caller; must outlive the session; one session uses it from
+   * one thread at a time. Work is split over outputs, never inside a sum, so
+   * results are identical for any number of threads. Worker threads flush
+   * denormals for the duration of the work, like the calling thread. */
+  void* threadpool;
 } ferry_session_options;
 
-/* Fills defaults: max_batch 1, max_seq 1, backend auto. */
+/* Fills defaults: max_batch 1, max_seq 1, backend auto, no thread pool. */
 void ferry_session_options_init(ferry_session_options* options);
 
+/* Convenience for ferry_session_options.threadpool: a pthreadpool of
+ * `threads` threads (0: one per core), or NULL when this runtime was built
+ * without pthreadpool or the pool cannot be made. It allocates: make it
+ * before the sessions that use it, free it with ferry_threadpool_destroy
+ * after them. Any pthreadpool_t made otherwise works the same. */
+void* ferry_threadpool_create(size_t threads);
+void ferry_threadpool_destroy(void* threadpool);
+
+/* Exact arena bytes for a session made with `options` (backend, batch and
+ * sequence limits). With an XNNPACK backend this asks XNNPACK how much its
+ * weight packing takes (a dry run that allocates and frees on the heap). */
+ferry_status ferry_session_arena_size(const ferry_model* model,
+                                      const ferry_session_options* options,
+                                      size_t* bytes_out);
+
 /* Lays a session out in `arena` (FERRY_ALIGNMENT-aligned, at least
- * ferry_arena_size() bytes). The recurrent state starts at zero. */
+ * ferry_session_arena_size() bytes for these options). The recurrent state
+ * starts at zero. Everything the session will ever need is placed here,
+ * XNNPACK's packed weights included; ferry_run and ferry_step allocate
+ * nothing. */
 ferry_status ferry_session_init(const ferry_model* model,
                                 const ferry_session_options* options,
                                 void* arena, size_t arena_size,
                                 ferry_session** session_out);
 
-/* Runs a whole sequence. `input` holds batch*seq*input_size floats in the
+/* Runs a whole sequence. Denormals are flushed to zero for the duration of
+ * the call (and of ferry_step); the caller's floating-point mode is restored
+ * before it returns. `input` holds batch*seq*input_size floats in the
  * model's layout ([B,T,I] batch-first, else [T,B,I]; [B,I] without a time
  * axis). `lengths` is NULL (every sample has `seq` steps) or `batch` values in
  * 1..seq: each sample's valid steps; outputs past a sample's length are zero,
@@ -178,15 +222,17 @@ ferry_status ferry_state_reset(ferry_session* session);
  * FERRY_UNSUPPORTED when the model holds no vectors (converted by an older
  * ferry). */
 
-/* Arena bytes ferry_selftest needs: a session for the stored batch and
- * sequence length, plus room for the output. */
+/* Arena bytes ferry_selftest needs on any backend this runtime can run here:
+ * a session for the stored batch and sequence length, plus room for the
+ * output. */
 ferry_status ferry_selftest_arena_size(const ferry_model* model, size_t* bytes_out);
 
 /* Returns FERRY_OK when the vectors ran, whatever the verdict: `passed_out`
  * (may be NULL) gets 1 when every output is within the stored tolerance,
  * `max_error_out` (may be NULL) the largest absolute error (+infinity when an
  * output is NaN). `arena` is FERRY_ALIGNMENT-aligned and at least
- * ferry_selftest_arena_size() bytes; nothing is allocated. */
+ * ferry_selftest_arena_size() bytes; nothing is allocated (beyond what
+ * ferry_session_init does for `backend`). */
 ferry_status ferry_selftest(const ferry_model* model, ferry_backend backend,
                             void* arena, size_t arena_size,
                             int* passed_out, float* max_error_out);

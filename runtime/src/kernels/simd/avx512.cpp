@@ -1,0 +1,230 @@
+// AVX-512 where it pays: the batched Panel8 GEMM (compute-bound: input
+// projections of a chunk of steps, recurrent products of a batch) and the
+// fused single-sample LSTM step (bound by how fast weights come from L2: one
+// 64-byte load per cache line instead of two 32-byte ones, and 8
+// accumulators over 4 panels; measured 1.3x at H = 64 and 256). The GRU step
+// stays AVX2 (its 96-byte panel rows split every other 64-byte load across
+// two lines: measured slower), and so do the updates, element-wise ops and
+// RNN steps. Compiled alone with -mavx512f; entered only
+// through avx512_kernels() after CPU detection.
+//
+// One zmm holds two adjacent Panel8 vectors: gates g and g+1 of one panel are
+// contiguous in a panel row (and in a panel-order output row) when g is even
+// and g+1 < G: the LSTM's 4 gates = 2 zmm per panel row. Each lane is still the FMA chain of simd.h (init,
+// then k ascending), and the nonlinearities are the AVX2 code on the 256-bit
+// halves, so every result is bit for bit the AVX2 table's.
+#include "kernels/simd/simd.h"
+
+#if defined(__x86_64__) && defined(__AVX512F__)
+
+#include <immintrin.h>
+
+namespace ferry {
+namespace simd {
+
+// The AVX2 kernels (avx2.cpp) this table shares.
+namespace avx2 {
+void f32_gemm_panel8_6x16__avx2(const GemmArgs& a, size_t m0, size_t m1, uint32_t q0, uint32_t q1);
+void f32_lstm_step_1x16__avx2(const StepArgs& a, uint32_t p0, uint32_t p1);
+void f32_gru_step_1x24__avx2(const StepArgs& a, uint32_t p0, uint32_t p1);
+void f32_rnn_step_1x64__avx2(const StepArgs& a, uint32_t p0, uint32_t p1);
+void f32_lstm_update_x8__avx2(const UpdateArgs& a, uint32_t p0, uint32_t p1);
+void f32_gru_update_x8__avx2(const UpdateArgs& a, uint32_t p0, uint32_t p1);
+void f32_rnn_update_x8__avx2(const UpdateArgs& a, uint32_t p0, uint32_t p1);
+void f32_vtanh_x8__avx2(float* x, size_t n);
+void f32_vsigmoid_x8__avx2(float* x, size_t n);
+void f32_vrelu_x8__avx2(float* x, size_t n);
+}  // namespace avx2
+
+namespace avx512 {
+
+// The 8-lane vector helpers and state-update math, compiled here too (the
+// same source as avx2.cpp's, so the same operations in the same order).
+#include "kernels/simd/vec_avx2.h"
+#include "kernels/simd/math.inl"
+
+namespace {
+
+// MR rows x NZ zmm (2*NZ vectors starting at the even vector q0).
+template <int MR, int NZ>
+void tile(const GemmArgs& g, size_t m0, uint32_t q0) {
+  const size_t gates = g.gates, kk = g.k, ldw = gates * 8;
+  const float* wz[NZ];
+#pragma GCC unroll 8
+  for (int z = 0; z < NZ; ++z) {
+    const size_t q = q0 + 2 * static_cast<uint32_t>(z);
+    wz[z] = g.w + ((q / gates) * kk * gates + q % gates) * 8;
+  }
+  const float* a[MR];
+#pragma GCC unroll 8
+  for (int m = 0; m < MR; ++m) a[m] = g.a + (m0 + m) * g.lda;
+  __m512 acc[MR][NZ];
+#pragma GCC unroll 8
+  for (int m = 0; m < MR; ++m) {
+#pragma GCC unroll 8
+    for (int z = 0; z < NZ; ++z) {
+      const size_t col = (size_t{q0} + 2 * static_cast<uint32_t>(z)) * 8;
+      if (g.c_init) {
+        acc[m][z] = _mm512_loadu_ps(g.c_init + (m0 + m) * g.ldc + col);
+      } else if (g.bias) {
+        acc[m][z] = _mm512_loadu_ps(g.bias + col);
+      } else {
+        acc[m][z] = _mm512_setzero_ps();
+      }
+    }
+  }
+  for (size_t k = 0; k < kk; ++k) {
+    __m512 w[NZ];
+#pragma GCC unroll 8
+    for (int z = 0; z < NZ; ++z) {
+      w[z] = _mm512_loadu_ps(wz[z]);
+      wz[z] += ldw;
+    }
+#pragma GCC unroll 8
+    for (int m = 0; m < MR; ++m) {
+      const __m512 x = _mm512_set1_ps(a[m][k]);
+#pragma GCC unroll 8
+      for (int z = 0; z < NZ; ++z) acc[m][z] = _mm512_fmadd_ps(x, w[z], acc[m][z]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int m = 0; m < MR; ++m) {
+    float* c = g.c + (m0 + m) * g.ldc;
+#pragma GCC unroll 8
+    for (int z = 0; z < NZ; ++z) _mm512_storeu_ps(c + (size_t{q0} + 2 * static_cast<uint32_t>(z)) * 8, acc[m][z]);
+  }
+}
+
+template <int NZ>
+void sweep_rows(const GemmArgs& g, size_t m0, size_t m1, uint32_t q) {
+  size_t m = m0;
+  for (; m + 6 <= m1; m += 6) tile<6, NZ>(g, m, q);
+  switch (m1 - m) {
+    case 5: tile<5, NZ>(g, m, q); break;
+    case 4: tile<4, NZ>(g, m, q); break;
+    case 3: tile<3, NZ>(g, m, q); break;
+    case 2: tile<2, NZ>(g, m, q); break;
+    case 1: tile<1, NZ>(g, m, q); break;
+    default: break;
+  }
+}
+
+template <int MR>
+uint32_t sweep_vectors(const GemmArgs& g, size_t m0, uint32_t q, uint32_t q1) {
+  constexpr int kWide = MR == 1 ? 6 : MR == 2 ? 4 : 3;  // zmm per tile: 6 to 12 accumulators
+  for (; q + 2 * kWide <= q1; q += 2 * kWide) tile<MR, kWide>(g, m0, q);
+  for (; q + 2 <= q1; q += 2) tile<MR, 1>(g, m0, q);
+  return q;
+}
+
+// 6 rows x 2 zmm (32 lanes: a whole LSTM panel row) is the main tile: 12
+// accumulators, 2 weight registers, 1 broadcast, of 32 zmm.
+void f32_gemm_panel8_6x32__avx512(const GemmArgs& g, size_t m0, size_t m1, uint32_t q0, uint32_t q1) {
+  if (g.gates % 2 != 0 || size_t{q1} * 8 > g.n_store) {
+    avx2::f32_gemm_panel8_6x16__avx2(g, m0, m1, q0, q1);
+    return;
+  }
+  if (q0 % 2 != 0) {  // a lone odd vector first
+    avx2::f32_gemm_panel8_6x16__avx2(g, m0, m1, q0, q0 + 1);
+    ++q0;
+  }
+  uint32_t q = q0;
+  const size_t rows = m1 - m0;
+  if (rows >= 4) {
+    // Vector quads outside, rows inside: a quad's weights stay in L1.
+    for (; q + 4 <= q1; q += 4) sweep_rows<2>(g, m0, m1, q);
+    for (; q + 2 <= q1; q += 2) sweep_rows<1>(g, m0, m1, q);
+  } else if (rows == 3) {
+    q = sweep_vectors<3>(g, m0, q, q1);
+  } else if (rows == 2) {
+    q = sweep_vectors<2>(g, m0, q, q1);
+  } else if (rows == 1) {
+    q = sweep_vectors<1>(g, m0, q, q1);
+  }
+  if (q < q1) avx2::f32_gemm_panel8_6x16__avx2(g, m0, m1, q, q1);  // a last odd vector
+}
+
+// ---------------------------------------------------------- fused steps --
+
+FERRY_VEC_INLINE Vec lo(__m512 v) { return {_mm512_castps512_ps256(v)}; }
+FERRY_VEC_INLINE Vec hi(__m512 v) {
+  return {_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))};
+}
+
+// acc[i][0..1] = the two zmm of an LSTM panel row (i,f | g,o): += x[k] * W.
+// One pointer per panel stream (see kernels.inl: accumulate).
+template <int NP>
+FERRY_VEC_INLINE void accumulate_lstm(__m512 (&acc)[NP][2], const float* w, uint32_t kk, const float* x, uint32_t p) {
+  const size_t panel = size_t{kk} * 32;
+  const float* wi[NP];
+#pragma GCC unroll 8
+  for (int i = 0; i < NP; ++i) wi[i] = w + (p + i) * panel;
+  for (uint32_t k = 0; k < kk; ++k) {
+    const __m512 xk = _mm512_set1_ps(x[k]);
+#pragma GCC unroll 8
+    for (int i = 0; i < NP; ++i) {
+      acc[i][0] = _mm512_fmadd_ps(xk, _mm512_loadu_ps(wi[i]), acc[i][0]);
+      acc[i][1] = _mm512_fmadd_ps(xk, _mm512_loadu_ps(wi[i] + 16), acc[i][1]);
+      wi[i] += 32;
+    }
+  }
+}
+
+template <int NP>
+void lstm_step_panels_x4(const StepArgs& s, uint32_t p) {
+  __m512 acc[NP][2];
+#pragma GCC unroll 8
+  for (int i = 0; i < NP; ++i) {
+    const float* init = s.pre ? s.pre : s.bias;
+    const size_t col = (size_t{p} + i) * 32;
+    acc[i][0] = init ? _mm512_loadu_ps(init + col) : _mm512_setzero_ps();
+    acc[i][1] = init ? _mm512_loadu_ps(init + col + 16) : _mm512_setzero_ps();
+  }
+  if (!s.pre && s.w_ih) accumulate_lstm<NP>(acc, s.w_ih, s.in, s.x, p);
+  accumulate_lstm<NP>(acc, s.w_hh, s.h_in, s.h, p);
+#pragma GCC unroll 8
+  for (int i = 0; i < NP; ++i) {
+    lstm_finish(lo(acc[i][0]), hi(acc[i][0]), lo(acc[i][1]), hi(acc[i][1]), s.c, s.h_new, p + i, s.hidden);
+  }
+}
+
+// Four panels at a time (8 chains); the rest on the AVX2 code.
+void f32_lstm_step_1x32__avx512(const StepArgs& s, uint32_t p0, uint32_t p1) {
+  uint32_t p = p0;
+  for (; p + 4 <= p1; p += 4) lstm_step_panels_x4<4>(s, p);
+  if (p < p1) avx2::f32_lstm_step_1x16__avx2(s, p, p1);
+}
+
+}  // namespace
+}  // namespace avx512
+
+const Kernels* avx512_kernels() {
+  static const Kernels table = {
+      "avx512",
+      {4, 3, 8},
+      avx512::f32_gemm_panel8_6x32__avx512,
+      avx512::f32_lstm_step_1x32__avx512,
+      avx2::f32_gru_step_1x24__avx2,
+      avx2::f32_rnn_step_1x64__avx2,
+      avx2::f32_lstm_update_x8__avx2,
+      avx2::f32_gru_update_x8__avx2,
+      avx2::f32_rnn_update_x8__avx2,
+      avx2::f32_vtanh_x8__avx2,
+      avx2::f32_vsigmoid_x8__avx2,
+      avx2::f32_vrelu_x8__avx2,
+  };
+  return &table;
+}
+
+}  // namespace simd
+}  // namespace ferry
+
+#else
+
+namespace ferry {
+namespace simd {
+const Kernels* avx512_kernels() { return nullptr; }
+}  // namespace simd
+}  // namespace ferry
+
+#endif

@@ -1,0 +1,276 @@
+// SIMD kernels, written once over the 8-lane `Vec` of vec_<isa>.h and
+// compiled once per ISA: avx2.cpp and neon.cpp include this file inside their
+// own namespace, after their vector header. See simd.h for the argument
+// structs, the Panel8 layout and the numeric contract (one FMA chain per
+// output, bias first, k ascending) that every function here keeps.
+//
+// No function here allocates, calls libm or touches anything but its
+// arguments; tails (H not a multiple of 8) go through an 8-float stack copy.
+// The vector math (nonlinearities, state updates) is math.inl, included first.
+
+// ---------------------------------------------------------------- GEMM --
+//
+// A tile of MR rows x NV vectors: MR*NV accumulators, each one FMA chain.
+// Per k: NV weight vectors loaded once, MR broadcasts of A. 6x2 (12
+// accumulators, 2 weights, 1 broadcast: 15 of 16 ymm registers) is the main
+// tile; 1x8 keeps 8 chains in flight for a single row (FMA latency 4 x 2
+// ports).
+
+template <int MR, int NV>
+static void gemm_tile(const GemmArgs& g, size_t m0, uint32_t q0) {
+  const size_t gates = g.gates, kk = g.k, ldw = gates * 8;
+  const float* wv[NV];
+#pragma GCC unroll 8
+  for (int v = 0; v < NV; ++v) {
+    const size_t q = q0 + static_cast<uint32_t>(v);
+    wv[v] = g.w + ((q / gates) * kk * gates + q % gates) * 8;
+  }
+  const float* a[MR];
+#pragma GCC unroll 8
+  for (int m = 0; m < MR; ++m) a[m] = g.a + (m0 + m) * g.lda;
+  Vec acc[MR][NV];
+#pragma GCC unroll 8
+  for (int m = 0; m < MR; ++m) {
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) {
+      const size_t col = (size_t{q0} + static_cast<uint32_t>(v)) * 8;
+      if (g.c_init) {
+        acc[m][v] = vload(g.c_init + (m0 + m) * g.ldc + col);
+      } else if (g.bias) {
+        acc[m][v] = vload(g.bias + col);
+      } else {
+        acc[m][v] = vzero();
+      }
+    }
+  }
+  for (size_t k = 0; k < kk; ++k) {
+    Vec w[NV];
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) {
+      w[v] = vload(wv[v]);
+      wv[v] += ldw;
+    }
+#pragma GCC unroll 8
+    for (int m = 0; m < MR; ++m) {
+      const Vec x = vbroadcast(a[m] + k);
+#pragma GCC unroll 8
+      for (int v = 0; v < NV; ++v) acc[m][v] = vfma(x, w[v], acc[m][v]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int m = 0; m < MR; ++m) {
+    float* c = g.c + (m0 + m) * g.ldc;
+#pragma GCC unroll 8
+    for (int v = 0; v < NV; ++v) {
+      const uint32_t col = (q0 + static_cast<uint32_t>(v)) * 8;
+      if (col + 8 <= g.n_store) {
+        vstore(c + col, acc[m][v]);
+      } else if (col < g.n_store) {
+        vstore_partial(c + col, acc[m][v], g.n_store - col);
+      }
+    }
+  }
+}
+
+// Rows [m0, m1) of vectors [q, q + NV): 6-row tiles, then the remainder.
+template <int NV>
+static void gemm_sweep_rows(const GemmArgs& g, size_t m0, size_t m1, uint32_t q) {
+  size_t m = m0;
+  for (; m + 6 <= m1; m += 6) gemm_tile<6, NV>(g, m, q);
+  switch (m1 - m) {
+    case 5: gemm_tile<5, NV>(g, m, q); break;
+    case 4: gemm_tile<4, NV>(g, m, q); break;
+    case 3: gemm_tile<3, NV>(g, m, q); break;
+    case 2: gemm_tile<2, NV>(g, m, q); break;
+    case 1: gemm_tile<1, NV>(g, m, q); break;
+    default: break;
+  }
+}
+
+// MR (1..3) rows, vectors [q0, q1) in tiles as wide as the registers allow.
+template <int MR>
+static void gemm_sweep_vectors(const GemmArgs& g, size_t m0, uint32_t q0, uint32_t q1) {
+  constexpr int kWide = MR == 1 ? 8 : 4;
+  uint32_t q = q0;
+  for (; q + kWide <= q1; q += kWide) gemm_tile<MR, kWide>(g, m0, q);
+  if (kWide > 4 && q + 4 <= q1) {
+    gemm_tile<MR, 4>(g, m0, q);
+    q += 4;
+  }
+  if (q + 2 <= q1) {
+    gemm_tile<MR, 2>(g, m0, q);
+    q += 2;
+  }
+  if (q < q1) gemm_tile<MR, 1>(g, m0, q);
+}
+
+static void gemm_panel8(const GemmArgs& g, size_t m0, size_t m1, uint32_t q0, uint32_t q1) {
+  const size_t rows = m1 - m0;
+  if (rows >= 4) {
+    // Vector pairs outside, rows inside: the pair's weights ([K][16] floats)
+    // stay in L1 while the rows stream past.
+    uint32_t q = q0;
+    for (; q + 2 <= q1; q += 2) gemm_sweep_rows<2>(g, m0, m1, q);
+    if (q < q1) gemm_sweep_rows<1>(g, m0, m1, q);
+    return;
+  }
+  switch (rows) {
+    case 3: gemm_sweep_vectors<3>(g, m0, q0, q1); break;
+    case 2: gemm_sweep_vectors<2>(g, m0, q0, q1); break;
+    case 1: gemm_sweep_vectors<1>(g, m0, q0, q1); break;
+    default: break;
+  }
+}
+
+// Batched: gates already in a panel-order row (computed by gemm_panel8).
+static void lstm_update(const UpdateArgs& u, uint32_t p0, uint32_t p1) {
+  for (uint32_t p = p0; p < p1; ++p) {
+    const float* g = u.gates + size_t{p} * 32;
+    lstm_finish(vload(g), vload(g + 8), vload(g + 16), vload(g + 24), u.c, u.h_new, p, u.hidden);
+  }
+}
+
+static void gru_update(const UpdateArgs& u, uint32_t p0, uint32_t p1) {
+  for (uint32_t p = p0; p < p1; ++p) {
+    const float* g = u.gates + size_t{p} * 24;
+    gru_finish(vload(g), vload(g + 8), vload(u.pre + size_t{p} * 24 + 16), vload(g + 16), u.h, u.h_new, p,
+               u.hidden);
+  }
+}
+
+static void rnn_update(const UpdateArgs& u, uint32_t p0, uint32_t p1) {
+  for (uint32_t p = p0; p < p1; ++p) rnn_finish(vload(u.gates + size_t{p} * 8), u.relu, u.h_new, p, u.hidden);
+}
+
+// ----------------------------------------------------------- fused steps --
+//
+// One sample, NP panels at once: NP*G accumulators (8 for LSTM NP=2, 9 for
+// GRU NP=3, 8 for RNN NP=8) to cover the FMA latency; each accumulator is
+// the chain init -> input part -> recurrent part, exactly what gemm_panel8
+// computes for the same row. Weights are read as they lie (one stream per
+// panel), which is the whole cost of a step for H >= 64.
+
+// acc[i][g] += sum_k x[k] * W[panel p+i][k][gate g], k ascending.
+// One pointer per panel stream, bumped each k: every load is [pointer +
+// constant], which x86 keeps micro-fused into its FMA (an indexed address
+// would cost an extra micro-op per load).
+template <int NP, int G>
+FERRY_VEC_INLINE void accumulate(Vec (&acc)[NP][G], const float* w, uint32_t kk, const float* x, uint32_t p) {
+  const size_t panel = size_t{kk} * G * 8;
+  const float* wi[NP];
+#pragma GCC unroll 8
+  for (int i = 0; i < NP; ++i) wi[i] = w + (p + i) * panel;
+  for (uint32_t k = 0; k < kk; ++k) {
+    const Vec xk = vbroadcast(x + k);
+#pragma GCC unroll 8
+    for (int i = 0; i < NP; ++i) {
+#pragma GCC unroll 4
+      for (int g = 0; g < G; ++g) acc[i][g] = vfma(xk, vload(wi[i] + g * 8), acc[i][g]);
+      wi[i] += G * 8;
+    }
+  }
+}
+
+// The chain's start for gate g of panel p: the precomputed input part, else
+// the bias, else 0.
+FERRY_VEC_INLINE Vec chain_init(const StepArgs& s, size_t col) {
+  if (s.pre) return vload(s.pre + col);
+  if (s.bias) return vload(s.bias + col);
+  return vzero();
+}
+
+template <int NP>
+static void lstm_step_panels(const StepArgs& s, uint32_t p) {
+  Vec acc[NP][4];
+#pragma GCC unroll 8
+  for (int i = 0; i < NP; ++i)
+#pragma GCC unroll 4
+    for (int g = 0; g < 4; ++g) acc[i][g] = chain_init(s, ((size_t{p} + i) * 4 + g) * 8);
+  if (!s.pre && s.w_ih) accumulate<NP, 4>(acc, s.w_ih, s.in, s.x, p);
+  accumulate<NP, 4>(acc, s.w_hh, s.h_in, s.h, p);
+#pragma GCC unroll 8
+  for (int i = 0; i < NP; ++i) lstm_finish(acc[i][0], acc[i][1], acc[i][2], acc[i][3], s.c, s.h_new, p + i, s.hidden);
+}
+
+// GRU: r and z continue one chain through both products; n keeps its input
+// part (from the bias b_in) and its recurrent part (from b_hn) apart,
+// because r multiplies only the latter. Each product is one pass over its
+// weights: the n slot's accumulator is swapped between the passes.
+template <int NP>
+static void gru_step_panels(const StepArgs& s, uint32_t p) {
+  Vec acc[NP][3], nx[NP];
+#pragma GCC unroll 8
+  for (int i = 0; i < NP; ++i)
+#pragma GCC unroll 4
+    for (int g = 0; g < 3; ++g) acc[i][g] = chain_init(s, ((size_t{p} + i) * 3 + g) * 8);
+  if (!s.pre && s.w_ih) accumulate<NP, 3>(acc, s.w_ih, s.in, s.x, p);
+#pragma GCC unroll 8
+  for (int i = 0; i < NP; ++i) {
+    nx[i] = acc[i][2];
+    acc[i][2] = s.b_hn ? vload(s.b_hn + (size_t{p} + i) * 8) : vzero();
+  }
+  accumulate<NP, 3>(acc, s.w_hh, s.h_in, s.h, p);
+#pragma GCC unroll 8
+  for (int i = 0; i < NP; ++i) gru_finish(acc[i][0], acc[i][1], nx[i], acc[i][2], s.h, s.h_new, p + i, s.hidden);
+}
+
+template <int NP>
+static void rnn_step_panels(const StepArgs& s, uint32_t p) {
+  Vec acc[NP][1];
+#pragma GCC unroll 8
+  for (int i = 0; i < NP; ++i) acc[i][0] = chain_init(s, (size_t{p} + i) * 8);
+  if (!s.pre && s.w_ih) accumulate<NP, 1>(acc, s.w_ih, s.in, s.x, p);
+  accumulate<NP, 1>(acc, s.w_hh, s.h_in, s.h, p);
+#pragma GCC unroll 8
+  for (int i = 0; i < NP; ++i) rnn_finish(acc[i][0], s.relu, s.h_new, p + i, s.hidden);
+}
+
+static void lstm_step(const StepArgs& s, uint32_t p0, uint32_t p1) {
+  uint32_t p = p0;
+  for (; p + 2 <= p1; p += 2) lstm_step_panels<2>(s, p);
+  if (p < p1) lstm_step_panels<1>(s, p);
+}
+
+static void gru_step(const StepArgs& s, uint32_t p0, uint32_t p1) {
+  uint32_t p = p0;
+  for (; p + 3 <= p1; p += 3) gru_step_panels<3>(s, p);
+  if (p + 2 <= p1) {
+    gru_step_panels<2>(s, p);
+    p += 2;
+  }
+  if (p < p1) gru_step_panels<1>(s, p);
+}
+
+static void rnn_step(const StepArgs& s, uint32_t p0, uint32_t p1) {
+  uint32_t p = p0;
+  for (; p + 8 <= p1; p += 8) rnn_step_panels<8>(s, p);
+  if (p + 4 <= p1) {
+    rnn_step_panels<4>(s, p);
+    p += 4;
+  }
+  if (p + 2 <= p1) {
+    rnn_step_panels<2>(s, p);
+    p += 2;
+  }
+  if (p < p1) rnn_step_panels<1>(s, p);
+}
+
+// ------------------------------------------------------------ element-wise --
+
+template <Vec (*F)(Vec)>
+static void map_inplace(float* x, size_t n) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) vstore(x + i, F(vload(x + i)));
+  if (i < n) {
+    const uint32_t left = static_cast<uint32_t>(n - i);
+    vstore_partial(x + i, F(vload_partial(x + i, left)), left);
+  }
+}
+
+static Vec vtanh_fn(Vec x) { return vtanh(x); }
+static Vec vsigmoid_fn(Vec x) { return vsigmoid(x); }
+static Vec vrelu_fn(Vec x) { return vrelu(x); }
+
+static void tanh_inplace(float* x, size_t n) { map_inplace<vtanh_fn>(x, n); }
+static void sigmoid_inplace(float* x, size_t n) { map_inplace<vsigmoid_fn>(x, n); }
+static void relu_inplace(float* x, size_t n) { map_inplace<vrelu_fn>(x, n); }

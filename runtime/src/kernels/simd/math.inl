@@ -1,0 +1,104 @@
+// The vector math shared by every kernel: partial loads and stores, the
+// nonlinearities, and the state-update equations on 8-lane vectors. Written
+// once over the `Vec` of vec_<isa>.h; included (after that header) by each
+// ISA's translation unit inside its own namespace, so that every table
+// computes the same operations in the same order. All inline.
+
+// ------------------------------------------------------------ helpers --
+
+FERRY_VEC_INLINE Vec vload_partial(const float* p, uint32_t n) {
+  float t[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (uint32_t i = 0; i < n; ++i) t[i] = p[i];
+  return vload(t);
+}
+
+FERRY_VEC_INLINE void vstore_partial(float* p, Vec v, uint32_t n) {
+  float t[8];
+  vstore(t, v);
+  for (uint32_t i = 0; i < n; ++i) p[i] = t[i];
+}
+
+// Valid units of panel p of a layer with `units` units (8 but in the last).
+FERRY_VEC_INLINE uint32_t panel_lanes(uint32_t p, uint32_t units) {
+  const uint32_t left = units - p * 8;
+  return left < 8 ? left : 8;
+}
+
+FERRY_VEC_INLINE Vec vload_lanes(const float* p, uint32_t n) { return n == 8 ? vload(p) : vload_partial(p, n); }
+
+FERRY_VEC_INLINE void vstore_lanes(float* p, Vec v, uint32_t n) {
+  if (n == 8) {
+    vstore(p, v);
+  } else {
+    vstore_partial(p, v, n);
+  }
+}
+
+// ------------------------------------------------------ nonlinearities --
+//
+// sigmoid(x) = 1 / (1 + e), e = exp(-x) with -x clamped to [-87, 87] (so
+// that e and 1/(1 + e) stay normal numbers: no denormal, even without FTZ).
+// exp by range reduction exp(z) = 2^n * exp(r), n = round(z / ln 2),
+// r = z - n ln 2 in two steps (Cody-Waite; ln2_hi has 16 trailing zero bits,
+// so n * ln2_hi is exact), and a degree-5 polynomial fitted (Lawson's
+// iteration) for the relative error of exp on |r| <= ln(2)/2: max 9.2e-8.
+// The divide is a reciprocal estimate refined by one Newton step (2^-22).
+// Measured over [-30, 30] in steps of 1.5e-6: |sigmoid error| <= 1.8e-7,
+// |tanh error| <= 3.5e-7 (tests/unit/test_backends checks <= 1e-6). NaN in gives NaN out (the clamps keep
+// NaN, see vmax/vmin).
+FERRY_VEC_INLINE Vec vsigmoid(Vec x) {
+  const float kLog2e = 1.44269502162933349609375f;
+  // 1.5 * 2^23 + 127: adding it rounds z * log2(e) to an integer n and
+  // leaves n + 127 (the biased exponent of 2^n) in the low mantissa bits.
+  const float kMagic = 12583039.0f;
+  const float kLn2Hi = 0.693145751953125f;
+  const float kLn2Lo = 1.428606765330187e-06f;
+  const Vec z = vmin(vset1(87.0f), vmax(vset1(-87.0f), vneg(x)));
+  const Vec nb = vfma(z, vset1(kLog2e), vset1(kMagic));
+  const Vec s = vexp2_from_magic(nb);  // 2^n, n in [-126, 126]
+  const Vec n = vsub(nb, vset1(kMagic));
+  Vec r = vfma(n, vset1(-kLn2Hi), z);
+  r = vfma(n, vset1(-kLn2Lo), r);
+  Vec p = vfma(vset1(0.008290315046906471f), r, vset1(0.04189793020486832f));
+  p = vfma(p, r, vset1(0.1666763573884964f));
+  p = vfma(p, r, vset1(0.4999915063381195f));
+  p = vfma(p, r, vset1(0.9999997019767761f));
+  const Vec e = vfma(vmul(s, r), p, s);  // 2^n * (1 + r p(r)) = exp(-x)
+  return vrecip(vadd(e, vset1(1.0f)));
+}
+
+// tanh(x) = 2 sigmoid(2x) - 1.
+FERRY_VEC_INLINE Vec vtanh(Vec x) { return vfma(vset1(2.0f), vsigmoid(vadd(x, x)), vset1(-1.0f)); }
+
+// max(0, x); NaN stays NaN, -0 stays -0 (as the reference's x < 0 ? 0 : x).
+FERRY_VEC_INLINE Vec vrelu(Vec x) { return vmax(vzero(), x); }
+
+// ------------------------------------------------------- state updates --
+//
+// The equations are PyTorch's (see kernels/reference/reference.cpp):
+//   LSTM  c' = f*c + i*g,  h' = o*tanh(c')     (i, f, o = sigmoid; g = tanh)
+//   GRU   n = tanh(n_x + r*n_h),  h' = (1-z)*n + z*h = n + z*(h - n)
+//   RNN   h' = tanh(a) or relu(a)
+
+FERRY_VEC_INLINE void lstm_finish(Vec gi, Vec gf, Vec gg, Vec go, float* c, float* h_new, uint32_t p,
+                                  uint32_t hidden) {
+  const uint32_t n = panel_lanes(p, hidden);
+  const Vec i = vsigmoid(gi), f = vsigmoid(gf), g = vtanh(gg), o = vsigmoid(go);
+  const Vec c1 = vfma(f, vload_lanes(c + p * 8, n), vmul(i, g));
+  vstore_lanes(c + p * 8, c1, n);
+  vstore_lanes(h_new + p * 8, vmul(o, vtanh(c1)), n);
+}
+
+FERRY_VEC_INLINE void gru_finish(Vec ar, Vec az, Vec anx, Vec anh, const float* h, float* h_new, uint32_t p,
+                                 uint32_t hidden) {
+  const uint32_t lanes = panel_lanes(p, hidden);
+  const Vec r = vsigmoid(ar), z = vsigmoid(az);
+  const Vec n = vtanh(vfma(r, anh, anx));
+  const Vec h0 = vload_lanes(h + p * 8, lanes);
+  vstore_lanes(h_new + p * 8, vfma(z, vsub(h0, n), n), lanes);
+}
+
+FERRY_VEC_INLINE void rnn_finish(Vec a, int relu, float* h_new, uint32_t p, uint32_t hidden) {
+  vstore_lanes(h_new + p * 8, relu ? vrelu(a) : vtanh(a), panel_lanes(p, hidden));
+}
+

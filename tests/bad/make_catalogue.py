@@ -1,0 +1,1071 @@
+#!/usr/bin/python3
+"""The catalogue of malformed inputs: every file here must be refused.
+
+    /usr/bin/python3 tests/bad/make_catalogue.py        # rewrites tests/bad/
+
+Writes, next to this script:
+
+  checkpoints/<name>   inputs for `ferry convert` (zip archives, pickles,
+                       tensors, other containers)
+  models/<name>.fb     inputs for `ferry run` and ferry_model_load()
+  manifest.json        one entry per file (schema below)
+
+Manifest entry (a JSON list of these):
+
+  file      path relative to this folder
+  tool      "convert" (a checkpoint), "model" (a ferry model file refused at
+            load) or "selftest" (a model that loads, whose golden vectors
+            ferry_selftest() refuses)
+  expect    exact substring of the error: the CLI's `ferry: error:` line, and
+            for models also ferry_last_error() after ferry_model_load()
+  status    models only: the status ferry_model_load() (or, for "selftest",
+            ferry_selftest_arena_size()) returns
+  ok        true for the control files (valid inputs built by the same code,
+            so a refusal is known to come from the one defect, not the builder)
+  why       what the file does
+
+Everything is crafted byte by byte here, without torch or flatbuffers: a zip
+writer laid out like torch.save (64-byte aligned STORED records, zip64 end
+records), a pickle opcode writer, and a small forward FlatBuffers writer for
+schema/ferry.fbs. Deterministic: reruns give identical bytes.
+tests/e2e/test_bad_catalogue.cpp feeds every entry to the CLI and the C API.
+"""
+
+import json
+import os
+import struct
+import zlib
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+# ---------------------------------------------------------------------------
+# Pickle writer (protocol 2 opcodes, as torch.save emits them).
+
+
+class P:
+    def __init__(self):
+        self.b = bytearray()
+
+    def op(self, *codes):
+        for c in codes:
+            self.b += bytes([c]) if isinstance(c, int) else c
+        return self
+
+    def proto(self, v=2):
+        return self.op(0x80, v)
+
+    def stop(self):
+        return self.op(b".")
+
+    def mark(self):
+        return self.op(b"(")
+
+    def glob(self, module, name):
+        return self.op(b"c" + module.encode() + b"\n" + name.encode() + b"\n")
+
+    def int(self, v):
+        if 0 <= v < 256:
+            return self.op(b"K", v)
+        if 0 <= v < 65536:
+            return self.op(b"M" + struct.pack("<H", v))
+        if -2**31 <= v < 2**31:
+            return self.op(b"J" + struct.pack("<i", v))
+        n = (v.bit_length() + 8) // 8
+        return self.op(b"\x8a", n, v.to_bytes(n, "little", signed=True))
+
+    def str(self, s):
+        data = s.encode() if isinstance(s, str) else s
+        return self.op(b"X" + struct.pack("<I", len(data)) + data)
+
+    def short_str(self, s):
+        data = s.encode()
+        return self.op(0x8C, len(data), data)
+
+    def false(self):
+        return self.op(0x89)
+
+    def ordered_dict(self):
+        return self.glob("collections", "OrderedDict").op(b")R")
+
+    def tensor(self, storage_cls, key, numel, offset, size, stride=None, location="cpu",
+               v3_dtype=None, storage_module="torch"):
+        if stride is None:
+            stride, acc = [], 1
+            for d in reversed(size):
+                stride.insert(0, acc)
+                acc *= d
+        self.glob("torch._utils", "_rebuild_tensor_v3" if v3_dtype else "_rebuild_tensor_v2")
+        self.mark()
+        self.mark().str("storage").glob(storage_module, storage_cls).str(key).str(location)
+        self.int(numel).op(b"t").op(b"Q")
+        self.int(offset)
+        self.mark()
+        for d in size:
+            self.int(d)
+        self.op(b"t").mark()
+        for d in stride:
+            self.int(d)
+        self.op(b"t").false().ordered_dict()
+        if v3_dtype:
+            self.glob("torch", v3_dtype)
+        return self.op(b"t").op(b"R")
+
+
+def state_dict_pickle(tensors):
+    """tensors: list of (name, kwargs for P.tensor)."""
+    p = P().proto(2).ordered_dict().op(b"q\x00").mark()
+    for name, spec in tensors:
+        p.str(name)
+        p.tensor(**spec)
+    p.op(b"u").op(b"}").str("_metadata").op(b"}").op(b"s").op(b"b").stop()
+    return bytes(p.b)
+
+
+# ---------------------------------------------------------------------------
+# Zip writer (torch.save layout). Returns the bytes and the positions of the
+# structures a test may want to corrupt afterwards.
+
+
+class Zip:
+    def __init__(self):
+        self.out = bytearray()
+        self.central = []  # dicts: name, method, crc, csize, usize, offset, flags
+
+    def add(self, name, data, method=0, usize=None, align=True, local_name=None):
+        name_b = name.encode()
+        local_name_b = (local_name if local_name is not None else name).encode()
+        offset = len(self.out)
+        extra = b""
+        if align:
+            before = offset + 30 + len(local_name_b) + 4
+            pad = (64 - before % 64) % 64
+            extra = struct.pack("<HH", 0x4246, pad) + b"Z" * pad
+        crc = zlib.crc32(data) if method == 0 else 0
+        self.out += struct.pack("<IHHHHHIIIHH", 0x04034B50, 20, 0x0808, method, 0, 0, 0, 0, 0,
+                                len(local_name_b), len(extra))
+        self.out += local_name_b + extra + data
+        self.out += struct.pack("<IIQQ", 0x08074B50, crc, len(data),
+                                len(data) if usize is None else usize)
+        self.central.append(dict(name=name_b, method=method, crc=crc, csize=len(data),
+                                 usize=len(data) if usize is None else usize, offset=offset,
+                                 flags=0x0808, extra=None, zip64=False))
+        return self
+
+    def finish(self, zip64_end=True, entry_count=None):
+        out = bytearray(self.out)
+        cd_offset = len(out)
+        pos = {"cd": cd_offset, "entries": []}
+        for c in self.central:
+            pos["entries"].append(len(out))
+            extra = c["extra"]
+            csize, usize, offset = c["csize"], c["usize"], c["offset"]
+            if c["zip64"]:
+                extra = struct.pack("<HHQQQ", 1, 24, usize, csize, offset)
+                csize = usize = offset = 0xFFFFFFFF
+            extra = extra or b""
+            out += struct.pack("<IHHHHHHIIIHHHHHII", 0x02014B50, 0x031E, 20, c["flags"],
+                               c["method"], 0, 0, c["crc"], csize, usize, len(c["name"]),
+                               len(extra), 0, 0, 0, 0, offset)
+            out += c["name"] + extra
+        cd_size = len(out) - cd_offset
+        n = len(self.central) if entry_count is None else entry_count
+        if zip64_end:
+            pos["eocd64"] = len(out)
+            out += struct.pack("<IQHHIIQQQQ", 0x06064B50, 44, 0x031E, 45, 0, 0, n, n, cd_size,
+                               cd_offset)
+            pos["locator"] = len(out)
+            out += struct.pack("<IIQI", 0x07064B50, 0, pos["eocd64"], 1)
+        pos["eocd"] = len(out)
+        out += struct.pack("<IHHHHIIH", 0x06054B50, 0, 0, min(n, 0xFFFF), min(n, 0xFFFF),
+                           min(cd_size, 0xFFFFFFFF), min(cd_offset, 0xFFFFFFFF), 0)
+        return out, pos
+
+
+def f32(*values):
+    return struct.pack("<%df" % len(values), *values)
+
+
+# The control checkpoint: a Linear(3 -> 2) state dict, which converts.
+FC_W = f32(0.5, -0.25, 0.125, 1.0, 0.75, -0.5)
+FC_B = f32(0.1, -0.2)
+
+
+def linear_tensors(w=None, b=None):
+    w = dict(dict(storage_cls="FloatStorage", key="0", numel=6, offset=0, size=[2, 3]), **(w or {}))
+    b = dict(dict(storage_cls="FloatStorage", key="1", numel=2, offset=0, size=[2]), **(b or {}))
+    return [("fc.weight", w), ("fc.bias", b)]
+
+
+def checkpoint(pkl=None, storages=None, prefix="archive", extra=(), version=b"3\n"):
+    z = Zip()
+    z.add(prefix + "/data.pkl", pkl if pkl is not None else state_dict_pickle(linear_tensors()))
+    for name, data in extra:
+        z.add(prefix + "/" + name, data)
+    for key, data in (storages if storages is not None else [("0", FC_W), ("1", FC_B)]):
+        z.add(prefix + "/data/" + key, data)
+    if version is not None:
+        z.add(prefix + "/version", version)
+    return z
+
+
+def with_pickle(pkl_body):
+    """A valid archive whose data.pkl is PROTO 2 + `pkl_body`."""
+    return bytes(checkpoint(pkl=b"\x80\x02" + pkl_body).finish()[0])
+
+
+def patch(buf, offset, fmt, *values):
+    buf = bytearray(buf)
+    struct.pack_into(fmt, buf, offset, *values)
+    return bytes(buf)
+
+
+# ---------------------------------------------------------------------------
+# A forward FlatBuffers writer, enough for schema/ferry.fbs: tables of
+# scalars and offsets, strings, scalar vectors (with a forced alignment for
+# the weight blob) and vectors of tables. Every object is written after the
+# one that refers to it, so all uoffsets are positive, as the format needs.
+
+
+class Table:
+    def __init__(self, fields):
+        self.fields = fields  # {slot: (fmt, value)}; fmt "off" for a child object
+
+
+class Vec:
+    def __init__(self, fmt, items, align=4):
+        self.fmt, self.items, self.align = fmt, items, align
+
+
+class TVec:
+    def __init__(self, tables):
+        self.tables = tables
+
+
+class Str:
+    def __init__(self, s):
+        self.s = s.encode()
+
+
+class FB:
+    def __init__(self):
+        self.buf = bytearray()
+
+    def pad_to(self, cond):
+        while not cond(len(self.buf)):
+            self.buf += b"\0"
+
+    def emit(self, obj):
+        if isinstance(obj, Str):
+            self.pad_to(lambda p: p % 4 == 0)
+            at = len(self.buf)
+            self.buf += struct.pack("<I", len(obj.s)) + obj.s + b"\0"
+            return at
+        if isinstance(obj, Vec):
+            size = struct.calcsize("<" + obj.fmt)
+            align = max(obj.align, size)
+            self.pad_to(lambda p: p % 4 == 0 and (p + 4) % align == 0)
+            at = len(self.buf)
+            self.buf += struct.pack("<I", len(obj.items))
+            if obj.fmt == "B":
+                self.buf += bytes(obj.items)
+            else:
+                self.buf += struct.pack("<%d%s" % (len(obj.items), obj.fmt), *obj.items)
+            return at
+        if isinstance(obj, TVec):
+            self.pad_to(lambda p: p % 4 == 0)
+            at = len(self.buf)
+            self.buf += struct.pack("<I", len(obj.tables))
+            slots = []
+            for _ in obj.tables:
+                slots.append(len(self.buf))
+                self.buf += b"\0\0\0\0"
+            for slot, t in zip(slots, obj.tables):
+                child = self.emit(t)
+                struct.pack_into("<I", self.buf, slot, child - slot)
+            return at
+        assert isinstance(obj, Table)
+        # Inline layout: soffset first, then fields by size (largest first),
+        # each aligned to its size; the table starts 8-aligned.
+        nslots = max(obj.fields) + 1 if obj.fields else 0
+        items = sorted(obj.fields.items(),
+                       key=lambda kv: -(4 if kv[1][0] == "off" else struct.calcsize("<" + kv[1][0])))
+        layout, size = {}, 4
+        for slot, (fmt, _) in items:
+            n = 4 if fmt == "off" else struct.calcsize("<" + fmt)
+            size = (size + n - 1) // n * n
+            layout[slot] = size
+            size += n
+        size = (size + 3) // 4 * 4
+        self.pad_to(lambda p: p % 2 == 0)
+        vt = len(self.buf)
+        self.buf += struct.pack("<HH", 4 + 2 * nslots, size)
+        for s in range(nslots):
+            self.buf += struct.pack("<H", layout.get(s, 0))
+        self.pad_to(lambda p: p % 8 == 0)
+        at = len(self.buf)
+        self.buf += b"\0" * size
+        struct.pack_into("<i", self.buf, at, at - vt)
+        children = []
+        for slot, (fmt, value) in obj.fields.items():
+            if fmt == "off":
+                children.append((at + layout[slot], value))
+            else:
+                struct.pack_into("<" + fmt, self.buf, at + layout[slot], value)
+        for field, child in children:
+            pos = self.emit(child)
+            struct.pack_into("<I", self.buf, field, pos - field)
+        return at
+
+    def finish(self, root, ident=b"FRRY"):
+        self.buf = bytearray(8)
+        self.buf[4:8] = ident
+        at = self.emit(root)
+        struct.pack_into("<I", self.buf, 0, at)
+        self.pad_to(lambda p: p % 8 == 0)
+        return bytes(self.buf)
+
+
+# Layer kinds and slots of schema/ferry.fbs.
+LSTM, GRU, RNN_TANH, RNN_RELU, LINEAR, LAST = 0, 1, 2, 3, 4, 5
+
+
+def tensor_table(name, shape, offset, size, dtype=None, layout=None, scales=None):
+    f = {0: ("off", Str(name)), 3: ("off", Vec("I", shape)), 4: ("Q", offset), 5: ("Q", size)}
+    if dtype is not None:
+        f[1] = ("B", dtype)
+    if layout is not None:
+        f[2] = ("B", layout)
+    if scales is not None:
+        f[6] = ("i", scales)
+    return f
+
+
+def cell_table(w_ih, w_hh, bias=-1, b_hn=-1, w_hr=-1):
+    f = {0: ("i", w_ih), 1: ("i", w_hh)}
+    if bias != -1:
+        f[2] = ("i", bias)
+    if b_hn != -1:
+        f[3] = ("i", b_hn)
+    if w_hr != -1:
+        f[4] = ("i", w_hr)
+    return f
+
+
+def layer_table(kind, name, input_size, output_size, hidden=0, proj=0, num_layers=0,
+                bidirectional=False, cells=None, weight=-1, bias=-1):
+    f = {0: ("B", kind), 1: ("off", Str(name)), 2: ("I", input_size), 3: ("I", output_size)}
+    if hidden:
+        f[4] = ("I", hidden)
+    if proj:
+        f[5] = ("I", proj)
+    if num_layers:
+        f[6] = ("I", num_layers)
+    if bidirectional:
+        f[7] = ("B", 1)
+    if cells is not None:
+        f[8] = ("off", TVec([Table(c) for c in cells]))
+    if weight != -1:
+        f[9] = ("i", weight)
+    if bias != -1:
+        f[10] = ("i", bias)
+    return f
+
+
+def weights_blob(tensors):
+    """tensors: list of (name, shape). Deterministic values, each tensor at a
+    64-byte-aligned offset. Returns (blob bytes, tensor field dicts)."""
+    blob, fields = bytearray(), []
+    for i, (name, shape) in enumerate(tensors):
+        n = 1
+        for d in shape:
+            n *= d
+        offset = len(blob)
+        vals = [((k * 37 + i * 11) % 17 - 8) / 32.0 for k in range(n)]
+        blob += f32(*vals)
+        blob += b"\0" * ((64 - len(blob) % 64) % 64)
+        fields.append(tensor_table(name, shape, offset, 4 * n))
+    return blob, fields
+
+
+def lstm_model(mutate=None, ident=b"FRRY"):
+    """The control model: LSTM(3, 4) > last > Linear(4, 2), RowMajor f32,
+    format 1.1. `mutate(parts)` edits the tables before writing."""
+    I, H, O = 3, 4, 2
+    blob, tensors = weights_blob([("lstm.l0.w_ih", [4 * H, I]), ("lstm.l0.w_hh", [4 * H, H]),
+                                  ("lstm.l0.bias", [4 * H]), ("fc.weight", [O, H]),
+                                  ("fc.bias", [O])])
+    cells = [cell_table(0, 1, bias=2)]
+    layers = [layer_table(LSTM, "lstm", I, H, hidden=H, num_layers=1, cells=cells),
+              layer_table(LAST, "last", H, H),
+              layer_table(LINEAR, "fc", H, O, weight=3, bias=4)]
+    model = {0: ("H", 1), 1: ("H", 1), 5: ("B", 0), 6: ("I", I), 7: ("I", O), 8: ("B", 0),
+             9: ("Q", 4096)}
+    parts = dict(blob=blob, tensors=tensors, cells=cells, layers=layers, model=model,
+                 blob_align=64)
+    if mutate:
+        mutate(parts)
+    m = dict(parts["model"])
+    m[2] = ("off", TVec([Table(l) for l in parts["layers"]]))
+    m[3] = ("off", TVec([Table(t) for t in parts["tensors"]]))
+    if parts["blob"] is not None:
+        m[4] = ("off", Vec("B", parts["blob"], align=parts["blob_align"]))
+    if parts.get("selftest"):
+        m[11] = ("off", Table(parts["selftest"]))
+    return FB().finish(Table(m), ident)
+
+
+def selftest_table(batch=1, seq=2, inputs=6, outputs=2, tolerance=1.0):
+    """Golden vectors for the control LSTM model (input 3, output 2, `last`)."""
+    return {0: ("I", batch), 1: ("I", seq), 2: ("off", Vec("f", [0.25] * inputs)),
+            3: ("off", Vec("f", [0.0] * outputs)), 4: ("f", tolerance)}
+
+
+def gru_model(mutate=None):
+    """GRU(3, 4) > last > Linear(4, 2), for the b_hn fields."""
+    I, H, O = 3, 4, 2
+    blob, tensors = weights_blob([("gru.l0.w_ih", [3 * H, I]), ("gru.l0.w_hh", [3 * H, H]),
+                                  ("gru.l0.bias", [3 * H]), ("gru.l0.b_hn", [H]),
+                                  ("fc.weight", [O, H]), ("fc.bias", [O])])
+    cells = [cell_table(0, 1, bias=2, b_hn=3)]
+    layers = [layer_table(GRU, "gru", I, H, hidden=H, num_layers=1, cells=cells),
+              layer_table(LAST, "last", H, H),
+              layer_table(LINEAR, "fc", H, O, weight=4, bias=5)]
+    model = {0: ("H", 1), 1: ("H", 1), 6: ("I", I), 7: ("I", O), 9: ("Q", 4096)}
+    parts = dict(tensors=tensors, cells=cells, layers=layers, model=model)
+    if mutate:
+        mutate(parts)
+    m = dict(parts["model"])
+    m[2] = ("off", TVec([Table(l) for l in parts["layers"]]))
+    m[3] = ("off", TVec([Table(t) for t in parts["tensors"]]))
+    m[4] = ("off", Vec("B", blob, align=64))
+    return FB().finish(Table(m))
+
+
+# ---------------------------------------------------------------------------
+# The catalogue.
+
+ENTRIES = []
+
+
+def add(path, data, tool, expect, why, status=None, ok=False):
+    full = os.path.join(HERE, path)
+    os.makedirs(os.path.dirname(full), exist_ok=True)
+    with open(full, "wb") as f:
+        f.write(data)
+    e = {"file": path, "tool": tool}
+    if ok:
+        e["ok"] = True
+    else:
+        e["expect"] = expect
+        if tool != "convert":
+            e["status"] = status or "FERRY_INVALID_MODEL"
+    e["why"] = why
+    ENTRIES.append(e)
+
+
+def ckpt(name, data, expect, why):
+    add("checkpoints/" + name, data, "convert", expect, why)
+
+
+def model(name, data, expect, why, status=None):
+    add("models/" + name, data, "model", expect, why, status)
+
+
+def selftest(name, data, expect, why, status=None):
+    add("models/" + name, data, "selftest", expect, why, status)
+
+
+def zip_entries():
+    good, pos = checkpoint().finish()
+    good = bytes(good)
+    add("checkpoints/control_linear.pt", good, "convert", None,
+        "control: a valid Linear(3, 2) state dict built by this script", ok=True)
+
+    ckpt("zip_truncated_half.pt", good[:len(good) // 2],
+         "no end-of-central-directory record", "first half of the control archive")
+    ckpt("zip_tiny.pt", good[:12], "zip archive: truncated (12 bytes)",
+         "a local header signature and nothing else")
+    ckpt("zip_multi_disk.pt", patch(good, pos["eocd"] + 4, "<H", 1),
+         "multi-disk archives are not supported", "EOCD disk number 1")
+    ckpt("zip64_locator_offset_wrap.pt",
+         patch(good, pos["locator"] + 8, "<Q", 0xFFFFFFFFFFFFFFF0),
+         "zip64 end-of-central-directory offset 18446744073709551600 is outside the archive",
+         "zip64 locator points 16 bytes below 2^64")
+    ckpt("zip64_eocd_bad_signature.pt", patch(good, pos["eocd64"], "<I", 0x06064B51),
+         "bad zip64 end-of-central-directory signature", "zip64 EOCD signature corrupted")
+    z = checkpoint()
+    no64, p2 = z.finish(zip64_end=False)
+    ckpt("zip64_without_locator.pt", patch(no64, p2["eocd"] + 16, "<I", 0xFFFFFFFF),
+         "zip64 archive without a zip64 locator", "classic EOCD saturated, no zip64 records")
+    ckpt("zip_cd_past_end.pt", patch(good, pos["eocd64"] + 48, "<Q", len(good) + 4096),
+         "is outside the archive", "central directory offset 4 KiB past the end of the file")
+    ckpt("zip64_cd_offset_wrap.pt",
+         patch(patch(good, pos["eocd64"] + 48, "<Q", 0xFFFFFFFFFFFFFF00), pos["eocd64"] + 40,
+               "<Q", 0x200),
+         "central directory (offset 18446744073709551360, size 512) is outside the archive",
+         "zip64 central directory offset + size wraps past 2^64")
+    ckpt("zip64_cd_size_wrap.pt", patch(good, pos["eocd64"] + 40, "<Q", 0xFFFFFFFFFFFFFFFF),
+         "size 18446744073709551615) is outside the archive", "central directory size 2^64 - 1")
+    ckpt("zip64_entry_count_huge.pt",
+         patch(patch(good, pos["eocd64"] + 24, "<Q", 1 << 40), pos["eocd64"] + 32, "<Q", 1 << 40),
+         "too many entries (1099511627776", "zip64 EOCD claims 2^40 entries")
+    ckpt("zip_entry_count_exceeds_cd.pt",
+         patch(patch(good, pos["eocd64"] + 24, "<Q", 500), pos["eocd64"] + 32, "<Q", 500),
+         "central directory too small for 500 entries", "500 entries in a 4-entry directory")
+    ckpt("zip_central_bad_signature.pt", patch(good, pos["entries"][1], "<I", 0x02014B51),
+         "central directory entry 1", "second central header signature corrupted")
+    ckpt("zip_central_name_past_cd.pt", patch(good, pos["entries"][3] + 28, "<H", 0xFFFF),
+         "name or extra field runs past the central directory", "last entry's name is 64 KiB")
+
+    z = checkpoint()
+    z.central[1]["zip64"] = True
+    z64, p64 = z.finish()
+    ckpt("zip64_extra_offset_wrap.pt",
+         patch(z64, p64["entries"][1] + 46 + len(z.central[1]["name"]) + 4 + 16, "<Q",
+               0xFFFFFFFFFFFFFFC0),
+         "local header of 'archive/data/0' at byte 18446744073709551552 is outside the archive",
+         "zip64 extra field: local header offset wraps")
+    ckpt("zip64_extra_size_huge.pt",
+         patch(z64, p64["entries"][1] + 46 + len(z.central[1]["name"]) + 4, "<QQ",
+               1 << 62, 1 << 62),
+         "runs past the end of the entries",
+         "zip64 extra field: a STORED record of 2^62 bytes")
+    z = checkpoint()
+    z.central[1]["extra"] = struct.pack("<HHQ", 1, 8, 0)
+    z.central[1]["csize"] = 0xFFFFFFFF
+    z.central[1]["usize"] = 0xFFFFFFFF
+    z.central[1]["offset"] = 0xFFFFFFFF
+    ckpt("zip64_extra_too_short.pt", bytes(z.finish()[0]), "zip64 extra field too short",
+         "three saturated fields, an 8-byte zip64 extra")
+    z = checkpoint()
+    z.central[1]["usize"] = 0xFFFFFFFF
+    z.central[1]["csize"] = 0xFFFFFFFF
+    ckpt("zip64_extra_missing.pt", bytes(z.finish()[0]), "missing zip64 extra field",
+         "saturated sizes without a zip64 extra field")
+    z = checkpoint()
+    z.central[1]["extra"] = struct.pack("<HH", 0x7777, 200) + b"x" * 8
+    ckpt("zip_extra_field_overrun.pt", bytes(z.finish()[0]), "extra field runs past its end",
+         "an extra field whose length is past the field's end")
+
+    z = Zip()
+    z.add("archive/data.pkl", state_dict_pickle(linear_tensors()))
+    z.add("archive/../../etc/cron.d/x", b"* * * * * root touch /tmp/ferry_pwned\n")
+    z.add("archive/data/0", FC_W).add("archive/data/1", FC_B)
+    ckpt("zip_dotdot_name.pt", bytes(z.finish()[0]),
+         "unsafe or empty name 'archive/../../etc/cron.d/x'", "a `../` path in an entry name")
+    z = Zip()
+    z.add("/etc/passwd", b"root:x:0:0::/root:/bin/sh\n")
+    ckpt("zip_absolute_name.pt", bytes(z.finish()[0]), "unsafe or empty name '/etc/passwd'",
+         "an absolute entry name")
+    z = checkpoint()
+    z.central[1]["flags"] |= 1
+    ckpt("zip_encrypted.pt", bytes(z.finish()[0]), "is encrypted", "encryption flag set")
+    z = checkpoint()
+    z.central[1]["usize"] = 7
+    ckpt("zip_stored_size_mismatch.pt", bytes(z.finish()[0]), "is stored but its sizes differ",
+         "STORED record whose sizes differ")
+    z = checkpoint()
+    z.central[2]["offset"] = 1
+    ckpt("zip_local_header_bad_signature.pt", bytes(z.finish()[0]),
+         "bad local header signature for 'archive/data/1' at byte 1",
+         "central entry points one byte into a local header")
+    z = checkpoint()
+    z.central[1]["csize"] = z.central[1]["usize"] = len(z.out)
+    ckpt("zip_truncated_entry.pt", bytes(z.finish()[0]),
+         "runs past the end of the entries", "a record longer than the archive body")
+    z = Zip()
+    z.add("archive/data.pkl", state_dict_pickle(linear_tensors()))
+    z.add("archive/data/0", FC_W, local_name="archive/data/9")
+    z.add("archive/data/1", FC_B)
+    ckpt("zip_local_name_differs.pt", bytes(z.finish()[0]),
+         "local header name differs from central directory name 'archive/data/0'",
+         "the local header names another record than the central directory")
+    z = Zip()
+    z.add("data.pkl", state_dict_pickle(linear_tensors()))
+    ckpt("zip_no_prefix_folder.pt", bytes(z.finish()[0]),
+         "entry 'data.pkl' is not inside a top-level folder", "records without the folder")
+    z = checkpoint()
+    z.add("other/data/2", FC_B)
+    ckpt("zip_two_prefixes.pt", bytes(z.finish()[0]),
+         "entry 'other/data/2' is not under the folder 'archive/'", "two top-level folders")
+    z = checkpoint()
+    z.add("archive/data/0", f32(9, 9, 9, 9, 9, 9))
+    ckpt("zip_duplicate_name.pt", bytes(z.finish()[0]), "duplicate entry 'archive/data/0'",
+         "the same record twice, with different bytes")
+    # Overlap: record 'data/1' lies inside the data of 'data/0'.
+    inner = Zip()
+    inner.add("archive/data/1", FC_B, align=False)
+    z = Zip()
+    z.add("archive/data.pkl", state_dict_pickle(linear_tensors()))
+    z.add("archive/data/0", FC_W + bytes(inner.out))
+    # The inner local header sits 24 bytes into data/0's data.
+    data0 = z.central[1]["offset"] + 30 + len("archive/data/0")
+    data0 += (64 - (data0 + 4) % 64) % 64 + 4
+    z.central.append(dict(name=b"archive/data/1", method=0, crc=zlib.crc32(FC_B), csize=8,
+                          usize=8, offset=data0 + 24, flags=0x0808, extra=None, zip64=False))
+    ckpt("zip_overlapping_entries.pt", bytes(z.finish()[0]),
+         "entries 'archive/data/0' and 'archive/data/1' overlap",
+         "one record's local header and data lie inside another record's data")
+
+    # A Deflate bomb under code/: 1 MiB of zeros compressed to ~1 KiB, with
+    # the central directory claiming 16 bytes (the inflater must stop at the
+    # declared size), and a second one claiming 2^40 bytes.
+    bomb = zlib.compressobj(9, zlib.DEFLATED, -15)
+    bomb_data = bomb.compress(b"\0" * (1 << 20)) + bomb.flush()
+    z = checkpoint()
+    z.add("archive/code/__torch__/model.py", bomb_data, method=8, usize=16)
+    z.add("archive/constants.pkl", b"\x80\x02).")
+    ckpt("zip_code_deflate_bomb.pt", bytes(z.finish()[0]), TORCHSCRIPT_BOMB_SMALL,
+         "TorchScript-shaped archive; code/ record inflates to 1 MiB, declares 16 bytes")
+    z = checkpoint()
+    z.add("archive/code/__torch__/model.py", bomb_data, method=8, usize=1 << 40)
+    z.central[-1]["zip64"] = True
+    z.add("archive/constants.pkl", b"\x80\x02).")
+    ckpt("zip_code_declared_huge.pt", bytes(z.finish()[0]), TORCHSCRIPT_BOMB_HUGE,
+         "TorchScript-shaped archive; code/ record declares 2^40 uncompressed bytes")
+
+    z = Zip()
+    z.add("archive/version", b"3\n")
+    ckpt("zip_no_data_pkl.pt", bytes(z.finish()[0]), "without a data.pkl record",
+         "a zip archive that is not a checkpoint")
+    ckpt("zip_version_not_number.pt", bytes(checkpoint(version=b"3; rm -rf /\n").finish()[0]),
+         "record 'archive/version': not a version number", "version record with text")
+    ckpt("zip_byteorder_unknown.pt",
+         bytes(checkpoint(extra=[("byteorder", b"middle")]).finish()[0]),
+         "unknown byte order 'middle'", "byteorder record 'middle'")
+    z = Zip()
+    comp = zlib.compressobj(9, zlib.DEFLATED, -15)
+    pkl = state_dict_pickle(linear_tensors())
+    z.add("archive/data.pkl", comp.compress(pkl) + comp.flush(), method=8, usize=len(pkl))
+    z.add("archive/data/0", FC_W).add("archive/data/1", FC_B)
+    ckpt("zip_data_pkl_deflated.pt", bytes(z.finish()[0]),
+         "compression method 8 where an uncompressed (stored) record is required",
+         "data.pkl compressed")
+
+
+# The TorchScript reader inflates code/ records with a cap (ZipReader::extract).
+TORCHSCRIPT_BOMB_SMALL = "record 'archive/code/__torch__/model.py': inflated data is larger than the declared 16 bytes"
+TORCHSCRIPT_BOMB_HUGE = "record 'archive/code/__torch__/model.py': 1099511627776 bytes exceeds the limit of"
+
+
+def pickle_entries():
+    refused = [("os", "system"), ("builtins", "eval"), ("subprocess", "Popen"),
+               ("posix", "system")]
+    for module, name in refused:
+        tag = module + "_" + name.lower()
+        body = P().glob(module, name).str("touch /tmp/ferry_pwned").op(0x85, b"R").stop().b
+        ckpt("pickle_global_%s.pt" % tag, with_pickle(bytes(body)),
+             "refused global '%s.%s'" % (module, name),
+             "GLOBAL %s.%s + REDUCE" % (module, name))
+        body = (P().short_str(module).short_str(name).op(0x93).str("touch /tmp/ferry_pwned")
+                .op(0x85, b"R").stop().b)
+        ckpt("pickle_stack_global_%s.pt" % tag, with_pickle(bytes(body)),
+             "refused global '%s.%s'" % (module, name),
+             "STACK_GLOBAL %s.%s + REDUCE" % (module, name))
+    body = P().glob("__main__", "Exploit").op(b")R").stop().b
+    ckpt("pickle_reduce_unknown_class.pt", with_pickle(bytes(body)),
+         "refused REDUCE of '__main__.Exploit'", "REDUCE of a class that is not allowlisted")
+    ckpt("pickle_stack_underflow.pt", with_pickle(b"K\x01\x86."),
+         "stack underflow at byte 4 (opcode 0x86 TUPLE2)", "TUPLE2 with one item on the stack")
+    ckpt("pickle_mark_underflow.pt", with_pickle(b"K\x01t."),
+         "MARK underflow (no MARK on the stack) at byte 4 (opcode 0x74 TUPLE)", "TUPLE without MARK")
+    ckpt("pickle_bad_memo_index.pt", with_pickle(b"]q\x00h\x07."),
+         "memo index 7 was never stored", "BINGET of an index never stored")
+    ckpt("pickle_memo_bomb_index.pt", with_pickle(b"]r\xff\xff\xff\xffj\xfe\xff\xff\xff."),
+         "memo index 4294967294 was never stored",
+         "LONG_BINPUT 2^32-1 (CPython grows its memo array to that size), then a missing index")
+    ckpt("pickle_memo_bomb_count.pt", with_pickle(b"]" + b"\x94" * ((1 << 22) + 1) + b"."),
+         "memo exceeds the limit of 4194304 entries", "4M+1 MEMOIZE opcodes")
+    ckpt("pickle_deep_nesting_lists.pt", with_pickle(b"]" * 200000 + b"a" * 199999 + b"."),
+         "containers nested deeper than the limit of 1000",
+         "200,000 nested lists (EMPTY_LIST x 200k, APPEND x 200k)")
+    ckpt("pickle_deep_nesting_marks.pt", with_pickle(b"(" * 200000 + b"t" * 200000 + b"."),
+         "MARK depth exceeds the limit of 4096", "200,000 nested MARKs")
+    ckpt("pickle_unknown_opcode.pt", with_pickle(b"\xff."), "unknown opcode 0xff",
+         "opcode 0xff")
+    ckpt("pickle_setitem_on_list.pt", with_pickle(b"]K\x01K\x02s."),
+         "SETITEM on a list, not a dict", "SETITEM applied to a list")
+    ckpt("pickle_append_on_dict.pt", with_pickle(b"}K\x01a."), "APPEND to a dict, not a list",
+         "APPEND applied to a dict")
+    ckpt("pickle_binunicode_huge_length.pt", with_pickle(b"X\xff\xff\xff\xffabc."),
+         "truncated: needs 4294967295 bytes", "BINUNICODE claiming 4 GiB")
+    ckpt("pickle_binbytes8_huge_length.pt",
+         with_pickle(b"\x8e" + struct.pack("<Q", 1 << 62) + b"abc."),
+         "truncated: needs 4611686018427387904 bytes", "BINBYTES8 claiming 2^62 bytes")
+    ckpt("pickle_long4_huge_length.pt", with_pickle(b"\x8b\xff\xff\xff\x7f."),
+         "LONG4 of 2147483647 bytes is too long", "LONG4 claiming 2 GiB")
+    ckpt("pickle_frame_huge_length.pt", with_pickle(b"\x95" + struct.pack("<Q", 1 << 63) + b"N."),
+         "frame of 9223372036854775808 bytes runs past the end", "FRAME claiming 2^63 bytes")
+    ckpt("pickle_no_stop.pt", with_pickle(b"]]]"), "truncated: no STOP opcode",
+         "a pickle that never ends")
+    ckpt("pickle_protocol_6.pt", bytes(checkpoint(pkl=b"\x80\x06N.").finish()[0]),
+         "unsupported pickle protocol 6", "PROTO 6")
+    ckpt("pickle_text_protocol.pt", with_pickle(b"I1\n."), "text-protocol (0/1) opcode not supported",
+         "INT (protocol 0)")
+    ckpt("pickle_invalid_utf8.pt", with_pickle(b"X\x02\x00\x00\x00\xc3\x28."),
+         "string is not valid UTF-8", "BINUNICODE with an invalid UTF-8 sequence")
+    body = P().mark().str("module").glob("__main__", "Net").str("x.py").str("src").op(b"t", b"Q.").b
+    ckpt("pickle_persid_not_storage.pt", with_pickle(bytes(body)),
+         "persistent id is not a ('storage', type, key, location, numel) tuple",
+         "BINPERSID of a ('module', ...) id")
+
+
+def tensor_entries():
+    def sd(w=None, b=None, storages=None):
+        return bytes(checkpoint(pkl=state_dict_pickle(linear_tensors(w, b)),
+                                storages=storages).finish()[0])
+
+    ckpt("tensor_negative_size.pt", sd(w=dict(size=[-1, 3], stride=[3, 1])),
+         "negative tensor size -1", "size (-1, 3)")
+    ckpt("tensor_negative_stride.pt", sd(w=dict(size=[2, 3], stride=[3, -1])),
+         "negative tensor stride -1", "stride (3, -1)")
+    ckpt("tensor_size_overflow.pt", sd(w=dict(size=[1 << 40, 1 << 40], stride=[1, 1])),
+         "tensor 'fc.weight': too many elements (size [1099511627776, 1099511627776])",
+         "size 2^40 x 2^40: the element count overflows")
+    ckpt("tensor_view_past_storage.pt", sd(w=dict(offset=1)),
+         "tensor 'fc.weight': view (offset 1, size [2, 3], stride [3, 1]) reaches past the end "
+         "of its storage of 6 elements", "storage offset 1 + 6 elements in a 6-element storage")
+    ckpt("tensor_stride_overflow.pt", sd(w=dict(size=[2, 3], stride=[1 << 62, 1])),
+         "reaches past the end of its storage", "stride 2^62: the extent overflows int64")
+    ckpt("tensor_negative_offset.pt", sd(w=dict(offset=-4)),
+         "negative tensor storage offset -4", "storage offset -4")
+    ckpt("tensor_rank_mismatch.pt", sd(w=dict(size=[2, 3], stride=[3])),
+         "tensor size has 2 dimensions but stride has 1", "size and stride of different ranks")
+    ckpt("tensor_record_short.pt", sd(storages=[("0", FC_W[:20]), ("1", FC_B)]),
+         "record 'archive/data/0' has 20 bytes, but its storage declares 6 x 4 = 24 bytes",
+         "a storage record shorter than numel x element size")
+    ckpt("tensor_record_long.pt", sd(storages=[("0", FC_W + b"\0" * 4), ("1", FC_B)]),
+         "record 'archive/data/0' has 28 bytes, but its storage declares 6 x 4 = 24 bytes",
+         "a storage record longer than declared")
+    ckpt("tensor_unknown_storage_type.pt", sd(w=dict(storage_cls="Float8Storage")),
+         "unknown storage type 'torch.Float8Storage'", "a storage class ferry does not know")
+    ckpt("tensor_unknown_dtype_v3.pt",
+         sd(w=dict(storage_cls="UntypedStorage", storage_module="torch.storage", numel=24,
+                   v3_dtype="float4_e2m1")),
+         "_rebuild_tensor_v3 dtype is not a torch dtype", "_rebuild_tensor_v3 with torch.float4_e2m1")
+    ckpt("tensor_storage_key_traversal.pt", sd(w=dict(key="../../etc/passwd")),
+         "invalid storage key '../../etc/passwd'", "a storage key with ../")
+    ckpt("tensor_storage_missing.pt", sd(w=dict(key="9")),
+         "storage record 'archive/data/9' not found", "a storage key without a record")
+    ckpt("tensor_storage_negative_numel.pt", sd(w=dict(numel=-6)),
+         "storage '0' has negative numel", "numel -6")
+    ckpt("tensor_storage_numel_overflow.pt", sd(w=dict(numel=1 << 62)),
+         "storage '0' size overflows", "numel 2^62 float32: the byte count overflows")
+    ckpt("tensor_storage_redeclared.pt", sd(b=dict(key="0", numel=2)),
+         "storage '0' is declared twice with different types or sizes",
+         "two tensors declare the same storage with different numel")
+    # Layer mapping: a Linear whose bias does not fit its weight.
+    ckpt("layer_bias_shape.pt", sd(b=dict(numel=2, size=[1], offset=0)),
+         "tensor 'fc.bias' has shape [1]", "Linear(3, 2) with a bias of 1 element")
+
+
+def other_format_entries():
+    ckpt("empty.pt", b"", "empty file", "zero bytes")
+    ckpt("tar_format.pt", b"\0" * 257 + b"ustar" + b"\0" * 250, "pre-0.3 PyTorch tar format",
+         "the ancient tar container")
+    ckpt("preview_2018.pt", b"PYTORCH1" + b"\0" * 32, "'PYTORCH1' preview format",
+         "the 2018 preview magic")
+    ckpt("plain_pickle.pt", b"\x80\x02cposix\nsystem\nX\x02\x00\x00\x00ls\x85R.",
+         "a Python pickle without the PyTorch magic number",
+         "a bare pickle (GLOBAL posix.system + REDUCE), not a torch.save file")
+    ckpt("unrecognized_header.pt", bytes(range(64)),
+         "not a PyTorch checkpoint (unrecognized header 00 01 02 03 04 05 06 07)",
+         "bytes 0..63")
+
+
+def safetensors(header, data, raw_header=None):
+    h = raw_header if raw_header is not None else json.dumps(header, separators=(",", ":")).encode()
+    return struct.pack("<Q", len(h)) + h + data
+
+
+def safetensors_entries():
+    w = {"dtype": "F32", "shape": [2, 3], "data_offsets": [0, 24]}
+    b = {"dtype": "F32", "shape": [2], "data_offsets": [24, 32]}
+    good = safetensors({"fc.weight": w, "fc.bias": b}, FC_W + FC_B)
+    add("checkpoints/control_linear.safetensors", good, "convert", None,
+        "control: the Linear(3, 2) state dict as safetensors", ok=True)
+
+    def st(name, header, data, expect, why, raw_header=None):
+        ckpt(name + ".safetensors", safetensors(header, data, raw_header), expect, why)
+
+    st("st_overlapping_offsets", {"fc.weight": w, "fc.bias": dict(b, data_offsets=[16, 24])}, FC_W,
+       "safetensors tensors 'fc.weight' [0, 24) and 'fc.bias' [16, 24) overlap", "fc.bias inside fc.weight")
+    st("st_gapped_offsets", {"fc.weight": w, "fc.bias": dict(b, data_offsets=[28, 36])}, FC_W + b"\0" * 4 + FC_B,
+       "safetensors data has a gap of 4 bytes before tensor 'fc.bias' [28, 36)", "4 unused bytes between tensors")
+    st("st_first_not_at_zero", {"fc.weight": dict(w, data_offsets=[8, 32]), "fc.bias": dict(b, data_offsets=[32, 40])},
+       b"\0" * 8 + FC_W + FC_B, "safetensors data has a gap of 8 bytes before tensor 'fc.weight' [8, 32) (the first tensor)",
+       "data starts 8 bytes in")
+    ckpt("st_oversized_header.safetensors", struct.pack("<Q", 1 << 40) + b"{}",
+         "safetensors header of 1099511627776 bytes exceeds the limit of 100000000", "header length 2^40")
+    ckpt("st_header_past_end.safetensors", struct.pack("<Q", 5000) + b'{"a":1}',
+         "safetensors header of 5000 bytes runs past the end of the file (15 bytes)", "header length past the end")
+    st("st_size_mismatch", {"fc.weight": w, "fc.bias": dict(b, shape=[3])}, FC_W + FC_B,
+       "safetensors tensor 'fc.bias': data_offsets [24, 32) hold 8 bytes, but dtype F32 and shape [3] need 12",
+       "shape [3] for 8 bytes")
+    st("st_offsets_past_end", {"fc.weight": w, "fc.bias": dict(b, data_offsets=[24, 32])}, FC_W,
+       "safetensors tensor 'fc.bias': data_offsets [24, 32) reach past the end of the data section",
+       "the last tensor's data is missing")
+    st("st_end_before_begin", {"fc.weight": w, "fc.bias": dict(b, data_offsets=[32, 24])}, FC_W + FC_B,
+       "data_offsets [32, 24) end before they begin", "end < begin")
+    st("st_trailing_data", {"fc.weight": w, "fc.bias": b}, FC_W + FC_B + b"\0" * 16,
+       "safetensors data section is 48 bytes, but its tensors cover 32", "16 bytes no tensor owns")
+    st("st_too_many_elements", {"fc.weight": dict(w, shape=[1 << 40, 1 << 40]), "fc.bias": b}, FC_W + FC_B,
+       "safetensors tensor 'fc.weight': too many elements (shape [1099511627776, 1099511627776])",
+       "shape 2^40 x 2^40")
+    st("st_duplicate_key", None, FC_W + FC_B, "duplicate key 'fc.weight'", "the same tensor twice",
+       raw_header=('{"fc.weight":%s,"fc.weight":%s}' % (json.dumps(w), json.dumps(b))).encode())
+    st("st_deep_json", None, FC_W + FC_B, "safetensors header: values nested deeper than 64", "an unknown field nested 10,000 deep",
+       raw_header=('{"fc.weight":{"dtype":"F32","shape":[2,3],"data_offsets":[0,24],"x":' + "[" * 10000 +
+                   "]" * 10000 + '},"fc.bias":%s}' % json.dumps(b)).encode())
+    st("st_unterminated_json", None, FC_W, "safetensors header: unterminated string", "a header that stops mid-string",
+       raw_header=b'{"fc.weight":{"dtype":"F3')
+    st("st_nan_offset", None, FC_W, "data_offsets end is not a non-negative integer", "NaN where an offset belongs",
+       raw_header=b'{"fc.weight":{"dtype":"F32","shape":[2,3],"data_offsets":[0,NaN]}}')
+
+
+def legacy_stream(main_pickle=None, keys=("0", "1"), storages=None, protocol=1001, trailing=b""):
+    """A torch.save(_use_new_zipfile_serialization=False) file: magic, protocol,
+    sys_info, the main pickle, the key list, then each storage as int64 count +
+    raw bytes."""
+    out = bytearray(b"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19.")
+    out += bytes(P().proto(2).int(protocol).stop().b)
+    sysinfo = (P().proto(2).op(b"}").mark().str("protocol_version").int(1001).str("little_endian").op(0x88)
+               .str("type_sizes").op(b"}").mark().str("short").int(2).str("int").int(4).str("long").int(4)
+               .op(b"u").op(b"u").stop())
+    out += bytes(sysinfo.b)
+    if main_pickle is None:
+        p = P().proto(2).ordered_dict().mark()
+        for name, key, numel, size in (("fc.weight", "0", 6, [2, 3]), ("fc.bias", "1", 2, [2])):
+            p.str(name).glob("torch._utils", "_rebuild_tensor_v2").mark()
+            p.mark().str("storage").glob("torch", "FloatStorage").str(key).str("cpu").int(numel).op(b"N")
+            p.op(b"t").op(b"Q").int(0).mark()
+            for d in size:
+                p.int(d)
+            p.op(b"t").mark()
+            acc, strides = 1, []
+            for d in reversed(size):
+                strides.insert(0, acc)
+                acc *= d
+            for d in strides:
+                p.int(d)
+            p.op(b"t").false().ordered_dict().op(b"t").op(b"R")
+        main_pickle = bytes(p.op(b"u").stop().b)
+    out += main_pickle
+    kl = P().proto(2).op(b"]").mark()
+    for k in keys:
+        kl.str(k)
+    out += bytes(kl.op(b"e").stop().b)
+    for key, data in (storages if storages is not None else [("0", FC_W), ("1", FC_B)]):
+        out += struct.pack("<q", len(data) // 4) + data
+    return bytes(out + trailing)
+
+
+def legacy_entries():
+    add("checkpoints/control_legacy.pt", legacy_stream(), "convert", None,
+        "control: the Linear(3, 2) state dict in the legacy (pre-1.6) stream format", ok=True)
+    ckpt("legacy_wrong_protocol.pt", legacy_stream(protocol=1002),
+         "legacy stream: unsupported protocol version", "protocol version 1002")
+    ckpt("legacy_storage_truncated.pt", legacy_stream()[:-4], "truncated: needs 8 bytes of data, 4 left",
+         "the last storage cut short")
+    ckpt("legacy_storage_count_mismatch.pt",
+         legacy_stream(storages=[("0", FC_W), ("1", FC_B + FC_B)]), "holds 4", "fc.bias storage holds 4 floats, declared 2")
+    ckpt("legacy_trailing_bytes.pt", legacy_stream(trailing=b"junk"),
+         "legacy stream: 4 unexpected bytes after the last storage", "4 bytes after the storages")
+    ckpt("legacy_key_listed_twice.pt", legacy_stream(keys=("0", "0")),
+         "legacy stream: storage '0' is listed twice", "key list ['0', '0']")
+    body = P().proto(2).glob("posix", "system").str("touch /tmp/ferry_pwned").op(0x85, b"R").stop().b
+    ckpt("legacy_posix_system.pt", legacy_stream(main_pickle=bytes(body)), "refused global 'posix.system'",
+         "the main pickle of a legacy file calls posix.system")
+
+
+def module_entries():
+    # torch.save(model) of a module whose child is itself: NEWOBJ, memoized,
+    # then BUILD with _modules = {'child': <the same object>}.
+    p = P().proto(2).glob("__main__", "Net").op(b")").op(0x81).op(b"q\x00")
+    p.op(b"}").mark().str("training").op(0x88).str("_parameters").ordered_dict()
+    p.str("_buffers").ordered_dict().str("_modules").ordered_dict().mark().str("child").op(b"h\x00").op(b"u")
+    p.op(b"u").op(b"b").stop()
+    ckpt("module_cycle.pt", bytes(checkpoint(pkl=bytes(p.b), storages=[]).finish()[0]), "module cycle",
+         "a pickled nn.Module that is its own submodule")
+    p = P().proto(2).glob("__main__", "Net").op(b")").op(0x81).op(b"}").mark().str("training").op(0x88).op(b"u")
+    p.op(b"b").stop()
+    ckpt("module_not_a_module.pt", bytes(checkpoint(pkl=bytes(p.b), storages=[]).finish()[0]),
+         "not an nn.Module (its state has neither _parameters nor _modules)",
+         "a pickled object with a state that is not a module's")
+
+
+def model_entries():
+    add("models/control_lstm.fb", lstm_model(), "model", None,
+        "control: LSTM(3, 4) > last > Linear(4, 2) written by this script", ok=True)
+    add("models/control_gru.fb", gru_model(), "model", None,
+        "control: GRU(3, 4) > last > Linear(4, 2) written by this script", ok=True)
+
+    def m(**changes):
+        def mutate(parts):
+            for key, fn in changes.items():
+                fn(parts)
+        return mutate
+
+    model("wrong_identifier.fb", lstm_model(ident=b"TFL3"),
+          "file identifier is not \"FRRY\": not a ferry model file", "identifier TFL3")
+    model("too_small.fb", b"\x08\0\0\0FRR", "too small for a model", "7 bytes")
+    good = lstm_model()
+    model("root_offset_past_end.fb", patch(good, 0, "<I", len(good) + 64),
+          "FlatBuffers verification failed", "root table offset past the end")
+    model("truncated.fb", good[:len(good) // 2], "FlatBuffers verification failed",
+          "the first half of the control model")
+
+    def set_cell(field, value):
+        return lambda parts: parts["cells"][0].__setitem__(field, ("i", value))
+
+    model("tensor_index_out_of_range.fb", lstm_model(set_cell(0, 99)),
+          "layers[0] w_ih: tensor index 99 out of range (model has 5 tensors)",
+          "cell w_ih = 99 of 5 tensors")
+    model("tensor_index_negative.fb", lstm_model(set_cell(1, -7)),
+          "layers[0] w_hh: tensor index -7 out of range", "cell w_hh = -7")
+    model("linear_weight_index_huge.fb",
+          lstm_model(lambda p: p["layers"][2].__setitem__(9, ("i", 0x7FFFFFFF))),
+          "layers[2] weight: tensor index 2147483647 out of range", "Linear weight = 2^31-1")
+
+    def layer_field(li, slot, fmt, value):
+        return lambda p: p["layers"][li].__setitem__(slot, (fmt, value))
+
+    model("layer_kind_unknown.fb", lstm_model(layer_field(1, 0, "B", 200)),
+          "layers[1].kind: unknown value 200", "layer kind 200", "FERRY_UNSUPPORTED")
+    model("layer_count_too_many.fb",
+          lstm_model(lambda p: p["layers"].extend(
+              [layer_table(10, "id%d" % i, 2, 2) for i in range(70)])),
+          "layers: 73 elements, at most 64", "73 layers in the chain", "FERRY_UNSUPPORTED")
+    model("no_layers.fb", lstm_model(lambda p: p["layers"].clear()),
+          "layers: the model has no layers", "an empty chain")
+
+    def tensor_field(ti, slot, fmt, value):
+        return lambda p: p["tensors"][ti].__setitem__(slot, (fmt, value))
+
+    model("tensor_past_blob.fb", lstm_model(tensor_field(1, 4, "Q", 1 << 30)),
+          "tensors[1] (w_hh): bytes [1073741824, +256) lie outside the", "offset 1 GiB")
+    model("tensor_offset_wrap.fb", lstm_model(tensor_field(1, 4, "Q", 0xFFFFFFFFFFFFFFC0)),
+          "tensors[1] (w_hh): bytes [18446744073709551552, +256) lie outside the",
+          "offset + size wraps past 2^64")
+    model("tensor_misaligned.fb", lstm_model(tensor_field(1, 4, "Q", 4)),
+          "tensors[1] (w_hh): offset 4 is not 64-byte aligned", "tensor offset 4")
+    model("tensor_size_mismatch.fb", lstm_model(tensor_field(1, 5, "Q", 64)),
+          "tensors[1] (w_hh): size 64 bytes, shape needs 256", "size field 64 for 64 floats")
+    model("tensor_shape_differs.fb",
+          lstm_model(tensor_field(0, 3, "off", Vec("I", [16, 5]))),
+          "tensors[0] (w_ih): shape[1] is 5, layer needs 3", "w_ih [16, 5] for input 3")
+    model("tensor_rank_differs.fb",
+          lstm_model(tensor_field(2, 3, "off", Vec("I", [16, 1]))),
+          "tensors[2] (bias): rank 2, layer needs 1", "bias of rank 2")
+    model("shape_product_huge.fb",
+          lstm_model(lambda p: (
+              p["tensors"][3].__setitem__(3, ("off", Vec("I", [0xFFFFFFFF, 0xFFFFFFFF]))),
+              p["layers"][2].__setitem__(3, ("I", 0xFFFFFFFF)),
+              p["model"].__setitem__(7, ("I", 0xFFFFFFFF)))),
+          "layers[2] (Linear): 4 -> 4294967295",
+          "Linear weight [2^32-1, 2^32-1] (product 2^64 - 2^33 + 1 elements): the out_features "
+          "bound refuses it before any product is formed")
+    model("shape_product_max_features.fb",
+          lstm_model(lambda p: (
+              p["tensors"][3].__setitem__(3, ("off", Vec("I", [1 << 20, 4]))),
+              p["tensors"][4].__setitem__(3, ("off", Vec("I", [1 << 20]))),
+              p["layers"][2].__setitem__(3, ("I", 1 << 20)),
+              p["model"].__setitem__(7, ("I", 1 << 20)))),
+          "tensors[3] (weight): size 32 bytes, shape needs 16777216",
+          "Linear(4, 2^20) whose tensor claims 32 bytes")
+    model("tensor_dtype_unknown.fb", lstm_model(tensor_field(0, 1, "B", 9)),
+          "tensors[0].dtype: unknown value 9", "dtype 9")
+    model("tensor_dtype_int8.fb",
+          lstm_model(lambda p: (p["tensors"][0].__setitem__(1, ("B", 2)),
+                                p["tensors"][0].__setitem__(6, ("i", 0)))),
+          "dtype I8 is not supported", "an int8 tensor whose scales are the tensor itself "
+          "(quantized tensors are not supported by this runtime)", "FERRY_UNSUPPORTED")
+    model("tensor_layout_unknown.fb", lstm_model(tensor_field(0, 2, "B", 7)),
+          "tensors[0] (w_ih): layout 7 is not supported", "layout 7", "FERRY_UNSUPPORTED")
+    model("weights_missing.fb", lstm_model(lambda p: p.__setitem__("blob", None)),
+          "lie outside the 0-byte weight blob", "no weight blob at all")
+    model("weights_misaligned.fb", lstm_model(lambda p: p.__setitem__("blob_align", 8)),
+          "is not 64-byte aligned", "weight blob 8-byte aligned only")
+    model("weights_short.fb", lstm_model(lambda p: p.__setitem__("blob", p["blob"][:256])),
+          "lie outside the 256-byte weight blob", "the blob cut to 256 bytes")
+    model("hidden_size_zero.fb", lstm_model(layer_field(0, 4, "I", 0)),
+          "layers[0] (LSTM): hidden_size 0 out of range", "hidden_size 0")
+    model("num_layers_huge.fb", lstm_model(layer_field(0, 6, "I", 0xFFFFFFFF)),
+          "layers[0] (LSTM): num_layers 4294967295 out of range", "num_layers 2^32-1")
+    model("cells_count_mismatch.fb", lstm_model(layer_field(0, 6, "I", 3)),
+          "layers[0] (LSTM).cells: 1 entries, num_layers x directions = 3",
+          "num_layers 3 with one cell")
+    model("proj_size_too_large.fb", lstm_model(layer_field(0, 5, "I", 9)),
+          "proj_size 9 invalid", "proj_size above hidden_size")
+    model("b_hn_on_lstm.fb", lstm_model(set_cell(3, 2)),
+          "layers[0] (LSTM).cells[0].b_hn: set on a non-GRU layer", "b_hn on an LSTM cell")
+    model("gru_b_hn_out_of_range.fb",
+          gru_model(lambda p: p["cells"][0].__setitem__(3, ("i", 6))),
+          "layers[0] b_hn: tensor index 6 out of range", "GRU b_hn = 6 of 6 tensors")
+    model("input_size_zero.fb", lstm_model(lambda p: p["model"].__setitem__(6, ("I", 0))),
+          "input_size 0 out of range", "model input_size 0")
+    model("chain_width_mismatch.fb", lstm_model(layer_field(0, 2, "I", 5)),
+          "layers[0].input_size: 5, the chain gives 3", "LSTM input_size 5, model input 3")
+    model("output_size_mismatch.fb", lstm_model(lambda p: p["model"].__setitem__(7, ("I", 3))),
+          "output_size 3, the chain gives 2", "model output_size 3 for a chain ending in 2")
+    model("last_without_time_axis.fb",
+          lstm_model(lambda p: p["layers"].__setitem__(0, layer_table(10, "id", 3, 3))),
+          "layers[1]: `last` needs a time axis", "`last` after an identity")
+    model("recurrent_after_last.fb",
+          lstm_model(lambda p: p["layers"].insert(2, dict(p["layers"][0]))),
+          "layers[2]: a recurrent layer after `last`", "LSTM after `last`")
+    model("format_major_2.fb", lstm_model(lambda p: p["model"].__setitem__(0, ("H", 2))),
+          "format_major 2: this runtime reads format 1.x", "format 2.0", "FERRY_UNSUPPORTED")
+    # Self-test vectors: the model loads; `ferry selftest` refuses them.
+    def with_selftest(**kw):
+        return lambda p: p.__setitem__("selftest", selftest_table(**kw))
+
+    add("models/control_lstm_selftest.fb", lstm_model(with_selftest()), "selftest", None,
+        "control: the control LSTM model with golden vectors (it runs; made-up outputs, "
+        "tolerance 1)", ok=True)
+    selftest("selftest_input_short.fb", lstm_model(with_selftest(inputs=5)),
+             "selftest.input: 5 floats, batch 1 x seq 2 x 3 needs 6", "5 input floats for 6")
+    selftest("selftest_output_long.fb", lstm_model(with_selftest(outputs=9)),
+             "selftest.output: 9 floats, the model gives 2", "9 output floats for 2")
+    selftest("selftest_batch_huge.fb", lstm_model(with_selftest(batch=0xFFFFFFFF)),
+             "selftest: batch 4294967295, seq 2 out of range", "batch 2^32-1")
+    selftest("selftest_tolerance_nan.fb", lstm_model(with_selftest(tolerance=float("nan"))),
+             "is not a finite value >= 0", "tolerance NaN")
+
+    # Raw byte edits the writer cannot express.
+    bad_vt = bytearray(good)
+    root = struct.unpack_from("<I", bad_vt, 0)[0]
+    struct.pack_into("<i", bad_vt, root, -0x7FFFFFF0)
+    model("vtable_offset_wild.fb", bytes(bad_vt), "FlatBuffers verification failed",
+          "root table's vtable offset points 2 GiB away")
+    unterminated = bytearray(good)
+    name_at = bytes(unterminated).find(b"lstm.l0.w_ih\0")
+    unterminated[name_at + len("lstm.l0.w_ih")] = ord("X")
+    model("string_unterminated.fb", bytes(unterminated), "FlatBuffers verification failed",
+          "a tensor name without its NUL terminator")
+
+
+def main():
+    for sub in ("checkpoints", "models"):
+        d = os.path.join(HERE, sub)
+        if os.path.isdir(d):
+            for f in os.listdir(d):
+                os.remove(os.path.join(d, f))
+    zip_entries()
+    pickle_entries()
+    tensor_entries()
+    other_format_entries()
+    safetensors_entries()
+    legacy_entries()
+    module_entries()
+    model_entries()
+    with open(os.path.join(HERE, "manifest.json"), "w") as f:
+        json.dump(ENTRIES, f, indent=1)
+        f.write("\n")
+    refused = sum(1 for e in ENTRIES if not e.get("ok"))
+    print("tests/bad: %d files (%d refused, %d controls)" % (len(ENTRIES), refused,
+                                                             len(ENTRIES) - refused))
+
+
+if __name__ == "__main__":
+    main()

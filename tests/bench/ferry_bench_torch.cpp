@@ -1,0 +1,599 @@
+// ferry against libtorch, side by side in one process (issue 4's benchmark).
+//
+//   ferry_bench_torch [--quick] [--json FILE] [--only W1|W2|W3] [--backend auto|simd|xnnpack|reference]
+//
+// For each workload a PyTorch module is made by libtorch (seeded), saved
+// with torch::pickle_save (torch.save's format), converted by ferry's own
+// converter in process, and both run single-threaded on identical inputs:
+//   W1  streaming, batch 1, one time step per call with the state carried:
+//       LSTM input = hidden = H for H in {16, 64, 256, 1024}; GRU for H in
+//       {16, 64, 256}. libtorch: module->forward on [1, 1, H] with (h, c).
+//   W2  2-layer LSTM, input 32, hidden 256, batch 1, T = 512, whole sequence.
+//   W3  1-layer LSTM, input 64, hidden 256, batch 64, T = 128, whole sequence.
+// Outputs are compared (max abs difference), then timed in alternating
+// rounds (ferry sample, libtorch sample, ...) so that both see the same
+// machine state; medians are reported. The machine's ceilings are measured
+// in the same run:
+//   FMA peak     12 independent FMA chains, single core, at the widest
+//                vector ferry's kernels use here (AVX-512 where the CPU has
+//                it: the batched GEMM uses it; else AVX2+FMA);
+//   stream       a plain read loop over a buffer of the step's weight bytes.
+// "fraction of ceiling" = max(time at FMA peak, stream time) / measured time.
+//
+// libtorch: at::set_num_threads(1), torch::NoGradGuard; OpenBLAS (the BLAS
+// libtorch uses for these GEMMs) limited to one thread too. The BLAS actually
+// loaded is read from /proc/self/maps.
+#include <dlfcn.h>
+#include <time.h>
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+#include "checkpoint.h"
+#include "convert.h"
+#include "error.h"
+#include "ferry/ferry.h"
+#include "mapped_file.h"
+#include "model_writer.h"
+#include "modules.h"
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+double now_us() {
+  return std::chrono::duration<double, std::micro>(clock_type::now().time_since_epoch()).count();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+}
+
+// ------------------------------------------------------------ the machine --
+
+std::string cpu_model() {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  }
+  return "unknown CPU";
+}
+
+// The BLAS shared objects actually mapped into this process.
+std::string loaded_blas() {
+  std::ifstream f("/proc/self/maps");
+  std::string line, out;
+  while (std::getline(f, line)) {
+    const size_t slash = line.find('/');
+    if (slash == std::string::npos) continue;
+    const std::string path = line.substr(slash);
+    if ((path.find("blas") != std::string::npos || path.find("mkl") != std::string::npos) &&
+        out.find(path) == std::string::npos) {
+      out += (out.empty() ? "" : ", ") + path;
+    }
+  }
+  return out.empty() ? "none mapped" : out;
+}
+
+// OpenBLAS keeps its own thread pool: one thread, like at::set_num_threads.
+std::string limit_openblas_threads() {
+  using set_fn = void (*)(int);
+  using get_fn = int (*)();
+  using config_fn = char* (*)();
+  auto set = reinterpret_cast<set_fn>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
+  auto get = reinterpret_cast<get_fn>(dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
+  auto config = reinterpret_cast<config_fn>(dlsym(RTLD_DEFAULT, "openblas_get_config"));
+  if (!set) return "OpenBLAS symbols not found";
+  set(1);
+  std::string s = "OpenBLAS";
+  if (config) s += std::string(" (") + config() + ")";
+  if (get) s += ", " + std::to_string(get()) + " thread";
+  return s;
+}
+
+#if defined(__x86_64__)
+// Twelve chains with distinct starting values: identical ones would be
+// merged into one by the compiler (and measure latency, not throughput).
+__attribute__((target("avx2,fma"), noinline)) float fma_loop_avx2(long iters) {
+  __m256 a[12];
+  for (int j = 0; j < 12; ++j) a[j] = _mm256_set1_ps(1.0f + 0.01f * static_cast<float>(j));
+  const __m256 m = _mm256_set1_ps(0.9999f), c = _mm256_set1_ps(1e-4f);
+  for (long i = 0; i < iters; ++i) {
+#pragma GCC unroll 12
+    for (int j = 0; j < 12; ++j) a[j] = _mm256_fmadd_ps(a[j], m, c);
+  }
+  __m256 s = a[0];
+  for (int j = 1; j < 12; ++j) s = _mm256_add_ps(s, a[j]);
+  float out[8];
+  _mm256_storeu_ps(out, s);
+  return out[0];
+}
+
+__attribute__((target("avx512f"), noinline)) float fma_loop_avx512(long iters) {
+  __m512 a[12];
+  for (int j = 0; j < 12; ++j) a[j] = _mm512_set1_ps(1.0f + 0.01f * static_cast<float>(j));
+  const __m512 m = _mm512_set1_ps(0.9999f), c = _mm512_set1_ps(1e-4f);
+  for (long i = 0; i < iters; ++i) {
+#pragma GCC unroll 12
+    for (int j = 0; j < 12; ++j) a[j] = _mm512_fmadd_ps(a[j], m, c);
+  }
+  __m512 s = a[0];
+  for (int j = 1; j < 12; ++j) s = _mm512_add_ps(s, a[j]);
+  return _mm512_reduce_add_ps(s);
+}
+
+__attribute__((target("avx2"), noinline)) float read_loop(const float* p, size_t n) {
+  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  for (size_t i = 0; i + 32 <= n; i += 32) {
+    a0 = _mm256_add_ps(a0, _mm256_load_ps(p + i));
+    a1 = _mm256_add_ps(a1, _mm256_load_ps(p + i + 8));
+    a2 = _mm256_add_ps(a2, _mm256_load_ps(p + i + 16));
+    a3 = _mm256_add_ps(a3, _mm256_load_ps(p + i + 24));
+  }
+  const __m256 s = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
+  float out[8];
+  _mm256_storeu_ps(out, s);
+  return out[0];
+}
+#else
+float read_loop(const float* p, size_t n) {
+  float s = 0;
+  for (size_t i = 0; i < n; ++i) s += p[i];
+  return s;
+}
+#endif
+
+volatile float g_sink;
+
+// Multiply-adds per second of one core at its FMA peak (median of rounds).
+double fma_peak(bool avx512) {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  if (avx512 ? !__builtin_cpu_supports("avx512f") : !(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))) {
+    return 0;
+  }
+  const long iters = 4000000;
+  std::vector<double> rates;
+  for (int r = 0; r < 15; ++r) {
+    const double t0 = now_us();
+    g_sink = avx512 ? fma_loop_avx512(iters) : fma_loop_avx2(iters);
+    const double us = now_us() - t0;
+    rates.push_back(iters * 12.0 * (avx512 ? 16 : 8) / (us * 1e-6));
+  }
+  return median(rates);
+#else
+  (void)avx512;
+  return 0;
+#endif
+}
+
+// Microseconds to read `bytes` once (median), warm, as a kernel would.
+double stream_time_us(size_t bytes) {
+  const size_t n = (bytes / sizeof(float) + 31) / 32 * 32;
+  float* p = static_cast<float*>(std::aligned_alloc(64, n * sizeof(float)));
+  for (size_t i = 0; i < n; ++i) p[i] = 1e-3f;
+  const int inner = bytes < (1u << 20) ? 200 : bytes < (8u << 20) ? 10 : 1;
+  std::vector<double> t;
+  for (int r = 0; r < 31; ++r) {
+    const double t0 = now_us();
+    for (int k = 0; k < inner; ++k) {
+      __asm__ __volatile__("" : : "r"(p) : "memory");
+      g_sink = read_loop(p, n);
+    }
+    t.push_back((now_us() - t0) / inner);
+  }
+  std::free(p);
+  return median(t);
+}
+
+// ----------------------------------------------------------- the models --
+
+struct Workload {
+  std::string name;     // "W1 LSTM H=16"
+  bool gru = false;
+  int64_t input = 0, hidden = 0, layers = 1;
+  int64_t batch = 1, seq = 1;
+  bool stream = false;  // per-step timing
+  double target_us = 0;         // the issue's absolute target (Zen3 machine), 0 = none
+  double target_ratio = 0;      // required libtorch / ferry, 0 = none
+  double bandwidth_factor = 0;  // "within x of the bandwidth bound", 0 = none
+};
+
+// The module's state_dict as torch.save writes it, converted by ferry.
+std::vector<uint8_t> convert_with_ferry(torch::nn::Module& module, const std::string& name, bool gru,
+                                        const std::string& dir) {
+  c10::impl::GenericDict dict(c10::StringType::get(), c10::TensorType::get());
+  for (const auto& p : module.named_parameters()) dict.insert(name + "." + p.key(), p.value().detach().contiguous());
+  const std::vector<char> bytes = torch::pickle_save(dict);
+  const std::string path = dir + "/" + name + ".pt";
+  {
+    std::ofstream f(path, std::ios::binary);
+    f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  }
+  ferry::conv::MappedFile file(path);
+  const ferry::conv::Checkpoint checkpoint = ferry::conv::load_checkpoint(file);
+  const ferry::conv::ModuleSet modules = ferry::conv::group_modules(checkpoint);
+  ferry::conv::ConvertOptions options;
+  options.graph = name;
+  options.batch_first = false;
+  (void)gru;
+  const std::vector<uint8_t> out =
+      ferry::conv::build_model(ferry::conv::plan_conversion(checkpoint, modules, options).plan).to_vector();
+  std::remove(path.c_str());
+  return out;
+}
+
+struct FerryRunner {
+  std::vector<uint8_t> storage;
+  uint8_t* bytes = nullptr;
+  ferry_model* model = nullptr;
+  void* arena = nullptr;
+  ferry_session* session = nullptr;
+  size_t arena_bytes = 0;
+
+  FerryRunner(const std::vector<uint8_t>& file, ferry_backend backend, size_t batch, size_t seq) {
+    storage.resize(file.size() + 64);
+    bytes = storage.data() + (64 - reinterpret_cast<uintptr_t>(storage.data()) % 64) % 64;
+    std::memcpy(bytes, file.data(), file.size());
+    check(ferry_model_load(bytes, file.size(), nullptr, &model));
+    ferry_session_options o;
+    ferry_session_options_init(&o);
+    o.backend = backend;
+    o.max_batch = batch;
+    o.max_seq = seq;
+    check(ferry_session_arena_size(model, &o, &arena_bytes));
+    arena = std::aligned_alloc(64, (arena_bytes + 63) / 64 * 64);
+    check(ferry_session_init(model, &o, arena, arena_bytes, &session));
+  }
+  ~FerryRunner() {
+    std::free(arena);
+    ferry_model_free(model);
+  }
+  static void check(ferry_status s) {
+    if (s != FERRY_OK) {
+      std::fprintf(stderr, "ferry_bench_torch: ferry: %s\n", ferry_last_error());
+      std::exit(1);
+    }
+  }
+};
+
+struct Result {
+  Workload w;
+  double ferry_us = 0, torch_us = 0;  // per step (W1) or per run
+  double max_abs_diff = 0;
+  double macs = 0;            // per timed unit
+  double weight_bytes = 0;    // streamed per timed unit (W1)
+  double compute_bound_us = 0, stream_bound_us = 0;
+  size_t rounds = 0;
+};
+
+struct Options {
+  bool quick = false;
+  std::string only;
+  ferry_backend backend = FERRY_BACKEND_AUTO;
+  std::string backend_name = "auto";
+  std::string json;
+  double seconds = 2.0;  // per workload, both frameworks together
+};
+
+Result run_workload(const Workload& w, const Options& opt, double peak_macs_per_s, const std::string& dir) {
+  Result r;
+  r.w = w;
+  torch::manual_seed(1234);
+  std::shared_ptr<torch::nn::Module> module;
+  torch::nn::LSTM lstm{nullptr};
+  torch::nn::GRU gru{nullptr};
+  if (w.gru) {
+    gru = torch::nn::GRU(torch::nn::GRUOptions(w.input, w.hidden).num_layers(w.layers));
+    module = gru.ptr();
+  } else {
+    lstm = torch::nn::LSTM(torch::nn::LSTMOptions(w.input, w.hidden).num_layers(w.layers));
+    module = lstm.ptr();
+  }
+  module->eval();
+  const std::vector<uint8_t> file = convert_with_ferry(*module, w.gru ? "gru" : "lstm", w.gru, dir);
+  FerryRunner fr(file, opt.backend, w.batch, w.stream ? 1 : w.seq);
+
+  // Inputs: [T, B, I] time-major, the same floats for both.
+  const int64_t T = w.stream ? 64 : w.seq;
+  torch::Tensor x = torch::rand({T, w.batch, w.input}) * 2 - 1;
+  x = x.contiguous();
+  const float* xp = x.data_ptr<float>();
+  const size_t H = static_cast<size_t>(w.hidden);
+  std::vector<float> y_ferry(static_cast<size_t>(T * w.batch) * H);
+
+  // libtorch state for streaming.
+  torch::Tensor h0 = torch::zeros({w.layers, w.batch, w.hidden}), c0 = torch::zeros({w.layers, w.batch, w.hidden});
+  torch::Tensor h = h0, c = c0;
+
+  // One timed unit each: W1 = T steps (reported per step), W2/W3 = one run.
+  const auto ferry_sample = [&] {
+    if (w.stream) {
+      for (int64_t t = 0; t < T; ++t) {
+        ferry_step(fr.session, xp + t * w.batch * w.input, static_cast<size_t>(w.batch),
+                   y_ferry.data() + static_cast<size_t>(t * w.batch) * H, H * static_cast<size_t>(w.batch));
+      }
+    } else {
+      ferry_run(fr.session, xp, static_cast<size_t>(w.batch), static_cast<size_t>(T), nullptr, y_ferry.data(),
+                y_ferry.size());
+    }
+  };
+  // The step inputs as [1, B, I] views, made once (not timed).
+  std::vector<torch::Tensor> steps;
+  for (int64_t t = 0; t < T; ++t) steps.push_back(x[t].unsqueeze(0));
+  std::vector<torch::Tensor> outs(static_cast<size_t>(T));
+  torch::Tensor y_torch;
+  const auto torch_sample = [&] {
+    if (w.stream) {
+      for (int64_t t = 0; t < T; ++t) {
+        if (w.gru) {
+          auto out = gru->forward(steps[static_cast<size_t>(t)], h);
+          h = std::get<1>(out);
+          outs[static_cast<size_t>(t)] = std::get<0>(out);
+        } else {
+          auto out = lstm->forward(steps[static_cast<size_t>(t)], std::make_tuple(h, c));
+          h = std::get<0>(std::get<1>(out));
+          c = std::get<1>(std::get<1>(out));
+          outs[static_cast<size_t>(t)] = std::get<0>(out);
+        }
+      }
+    } else {
+      y_torch = w.gru ? std::get<0>(gru->forward(x)) : std::get<0>(lstm->forward(x));
+    }
+  };
+  const auto reset = [&] {
+    ferry_state_reset(fr.session);
+    h = h0;
+    c = c0;
+  };
+
+  // Agreement, from the zero state.
+  reset();
+  ferry_sample();
+  torch_sample();
+  if (w.stream) y_torch = torch::cat(outs, 0);
+  const torch::Tensor yt = y_torch.contiguous();
+  const float* yp = yt.data_ptr<float>();
+  for (size_t i = 0; i < y_ferry.size(); ++i) {
+    const double e = std::fabs(double{y_ferry[i]} - double{yp[i]});
+    if (!(e <= r.max_abs_diff)) r.max_abs_diff = e;
+  }
+
+  // Alternating rounds until the time budget is spent.
+  std::vector<double> tf, tt;
+  const double budget_us = (opt.quick ? 0.25 : 1.0) * opt.seconds * 1e6;
+  const double start = now_us();
+  const size_t min_rounds = opt.quick ? 3 : 7;
+  while (tf.size() < min_rounds || (now_us() - start < budget_us && tf.size() < 20000)) {
+    reset();
+    double t0 = now_us();
+    ferry_sample();
+    tf.push_back(now_us() - t0);
+    reset();
+    t0 = now_us();
+    torch_sample();
+    tt.push_back(now_us() - t0);
+  }
+  r.rounds = tf.size();
+  const double units = w.stream ? static_cast<double>(T) : 1.0;
+  r.ferry_us = median(tf) / units;
+  r.torch_us = median(tt) / units;
+
+  const double per_step_macs = [&] {
+    double m = 0;
+    const double g = w.gru ? 3 : 4;
+    for (int64_t k = 0; k < w.layers; ++k) m += g * w.hidden * ((k ? w.hidden : w.input) + w.hidden);
+    return m * w.batch;
+  }();
+  r.macs = per_step_macs * (w.stream ? 1 : T);
+  // The step's weight bytes: W_ih, W_hh (Panel8, as stored) and the bias.
+  const double g = w.gru ? 3 : 4;
+  double bytes = 0;
+  for (int64_t k = 0; k < w.layers; ++k) {
+    const double units = std::ceil(w.hidden / 8.0) * 8;
+    bytes += 4.0 * g * units * ((k ? w.hidden : w.input) + w.hidden + 1) + (w.gru ? 4.0 * units : 0);
+  }
+  r.weight_bytes = bytes;
+  r.compute_bound_us = peak_macs_per_s > 0 ? r.macs / peak_macs_per_s * 1e6 : 0;
+  // Streaming re-reads the weights every step; a whole sequence reads its
+  // input weights once per chunk and its recurrent weights once per step.
+  r.stream_bound_us = w.stream ? stream_time_us(static_cast<size_t>(bytes)) : 0;
+  if (!w.stream) {
+    // Layer after layer: each step of layer k reads that layer's W_hh once.
+    r.stream_bound_us = 0;
+    for (int64_t k = 0; k < w.layers; ++k) {
+      const double rec = 4.0 * g * std::ceil(w.hidden / 8.0) * 8 * w.hidden;
+      r.stream_bound_us += stream_time_us(static_cast<size_t>(rec)) * static_cast<double>(T);
+    }
+  }
+  return r;
+}
+
+std::string fmt_time(double us) {
+  char b[32];
+  if (us < 10) std::snprintf(b, sizeof b, "%.3f us", us);
+  else if (us < 1000) std::snprintf(b, sizeof b, "%.1f us", us);
+  else std::snprintf(b, sizeof b, "%.2f ms", us / 1000);
+  return b;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options opt;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--quick") {
+      opt.quick = true;
+    } else if (a == "--only" && i + 1 < argc) {
+      opt.only = argv[++i];
+    } else if (a == "--json" && i + 1 < argc) {
+      opt.json = argv[++i];
+    } else if (a == "--seconds" && i + 1 < argc) {
+      opt.seconds = std::atof(argv[++i]);
+    } else if (a == "--backend" && i + 1 < argc) {
+      opt.backend_name = argv[++i];
+      if (opt.backend_name == "auto") opt.backend = FERRY_BACKEND_AUTO;
+      else if (opt.backend_name == "simd") opt.backend = FERRY_BACKEND_SIMD;
+      else if (opt.backend_name == "xnnpack") opt.backend = FERRY_BACKEND_XNNPACK;
+      else if (opt.backend_name == "reference") opt.backend = FERRY_BACKEND_REFERENCE;
+      else {
+        std::fprintf(stderr, "ferry_bench_torch: --backend %s: auto, simd, xnnpack or reference\n", argv[i]);
+        return 2;
+      }
+    } else {
+      std::fprintf(stderr,
+                   "usage: ferry_bench_torch [--quick] [--only W1|W2|W3] [--backend B] [--seconds S] [--json FILE]\n");
+      return 2;
+    }
+  }
+  at::set_num_threads(1);
+  at::set_num_interop_threads(1);
+  torch::NoGradGuard no_grad;
+  const std::string blas_threads = limit_openblas_threads();
+  char dir_template[] = "/tmp/ferry-bench-XXXXXX";
+  const char* dir = mkdtemp(dir_template);
+  if (!dir) {
+    std::perror("mkdtemp");
+    return 1;
+  }
+
+  std::vector<Workload> all;
+  for (int64_t h : {16, 64, 256, 1024}) {
+    Workload w;
+    w.name = "W1 LSTM H=" + std::to_string(h);
+    w.input = w.hidden = h;
+    w.stream = true;
+    w.target_us = h == 16 ? 0.15 : h == 64 ? 1.5 : h == 256 ? 30 : 0;
+    w.target_ratio = h == 16 ? 150 : h == 64 ? 40 : 0;
+    w.bandwidth_factor = h == 1024 ? 1.15 : 0;
+    all.push_back(w);
+  }
+  for (int64_t h : {16, 64, 256}) {
+    Workload w;
+    w.name = "W1 GRU H=" + std::to_string(h);
+    w.gru = true;
+    w.input = w.hidden = h;
+    w.stream = true;
+    all.push_back(w);
+  }
+  {
+    Workload w;
+    w.name = "W2 LSTM 2x256 T=512";
+    w.input = 32, w.hidden = 256, w.layers = 2, w.batch = 1, w.seq = 512;
+    w.target_us = 18000;
+    w.target_ratio = 8;
+    all.push_back(w);
+  }
+  {
+    Workload w;
+    w.name = "W3 LSTM 256 B=64 T=128";
+    w.input = 64, w.hidden = 256, w.layers = 1, w.batch = 64, w.seq = 128;
+    w.target_us = 65000;
+    w.target_ratio = 1.9;
+    all.push_back(w);
+  }
+
+  // The compute ceiling is the widest FMA ferry's kernels use on this CPU:
+  // AVX-512 where the CPU has it (ferry's batched GEMM switches to it), else
+  // AVX2+FMA.
+  const double peak256 = fma_peak(false), peak512 = fma_peak(true);
+  const double peak = peak512 > 0 ? peak512 : peak256;
+  std::printf("machine   %s, %ld online CPUs\n", cpu_model().c_str(), sysconf(_SC_NPROCESSORS_ONLN));
+  std::printf("libtorch  %s, %d intra-op thread, %d inter-op thread, no grad\n", TORCH_VERSION,
+              at::get_num_threads(), at::get_num_interop_threads());
+  std::printf("BLAS      %s; %s\n", blas_threads.c_str(), loaded_blas().c_str());
+  std::printf("ferry     %s, backend %s, single thread\n", ferry_version(), opt.backend_name.c_str());
+  std::printf("ceiling   FMA peak, 1 core: AVX2+FMA %.1f GFLOP/s", 2 * peak256 / 1e9);
+  if (peak512 > 0) std::printf(", AVX-512 %.1f GFLOP/s (the ceiling used: ferry's GEMM runs AVX-512 here)", 2 * peak512 / 1e9);
+  char load[64] = "?";
+  if (FILE* f = std::fopen("/proc/loadavg", "r")) {
+    if (!std::fgets(load, sizeof load, f)) load[0] = 0;
+    std::fclose(f);
+    load[strcspn(load, "\n")] = 0;
+  }
+  std::printf("\nload      %s (/proc/loadavg: other processes share these cores when > 0)\n\n", load);
+
+  std::vector<Result> results;
+  for (const Workload& w : all) {
+    if (!opt.only.empty() && w.name.rfind(opt.only, 0) != 0) continue;
+    results.push_back(run_workload(w, opt, peak, dir));
+    const Result& r = results.back();
+    std::fprintf(stderr, "done      %s (%zu rounds)\n", w.name.c_str(), r.rounds);
+  }
+  rmdir(dir);
+
+  std::printf("| workload | ferry | libtorch | libtorch / ferry | max abs diff | FMA-peak time | weight-stream time | fraction of ceiling | target |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|\n");
+  for (const Result& r : results) {
+    const double bound = std::max(r.compute_bound_us, r.stream_bound_us);
+    std::string target = "-";
+    if (r.w.target_us > 0 || r.w.target_ratio > 0 || r.w.bandwidth_factor > 0) {
+      target.clear();
+      bool met = true;
+      if (r.w.target_us > 0) {
+        target += "<= " + fmt_time(r.w.target_us);
+        met = met && r.ferry_us <= r.w.target_us;
+      }
+      if (r.w.target_ratio > 0) {
+        char b[48];
+        std::snprintf(b, sizeof b, "%s>= %.3gx libtorch", target.empty() ? "" : ", ", r.w.target_ratio);
+        target += b;
+        met = met && r.torch_us / r.ferry_us >= r.w.target_ratio;
+      }
+      if (r.w.bandwidth_factor > 0) {
+        char b[48];
+        std::snprintf(b, sizeof b, "%s<= %.2fx stream", target.empty() ? "" : ", ", r.w.bandwidth_factor);
+        target += b;
+        met = met && r.ferry_us <= r.w.bandwidth_factor * r.stream_bound_us;
+      }
+      target += met ? ": met" : ": NOT met";
+    }
+    std::printf("| %s%s | %s | %s | %.1fx | %.1e | %s | %s | %.2f | %s |\n", r.w.name.c_str(),
+                r.w.stream ? " (per step)" : "", fmt_time(r.ferry_us).c_str(), fmt_time(r.torch_us).c_str(),
+                r.torch_us / r.ferry_us, r.max_abs_diff, fmt_time(r.compute_bound_us).c_str(),
+                fmt_time(r.stream_bound_us).c_str(), bound / r.ferry_us, target.c_str());
+  }
+  int status = 0;
+  for (const Result& r : results) {
+    // Both must compute the same function: 1e-4 absolute covers float
+    // rounding over 512 steps; anything larger is a bug, not noise.
+    if (!(r.max_abs_diff <= 1e-4)) {
+      std::fprintf(stderr, "ferry_bench_torch: %s: ferry and libtorch disagree by %g\n", r.w.name.c_str(),
+                   r.max_abs_diff);
+      status = 1;
+    }
+  }
+  if (!opt.json.empty()) {
+    std::ofstream f(opt.json);
+    f << "{\"machine\": \"" << cpu_model() << "\", \"fma_peak_gflops\": " << 2 * peak / 1e9
+      << ", \"fma_peak_avx2_gflops\": " << 2 * peak256 / 1e9
+      << ", \"backend\": \"" << opt.backend_name << "\", \"workloads\": [";
+    for (size_t i = 0; i < results.size(); ++i) {
+      const Result& r = results[i];
+      f << (i ? ", " : "") << "{\"name\": \"" << r.w.name << "\", \"per_step\": " << (r.w.stream ? "true" : "false")
+        << ", \"ferry_us\": " << r.ferry_us << ", \"torch_us\": " << r.torch_us
+        << ", \"max_abs_diff\": " << r.max_abs_diff << ", \"fma_peak_us\": " << r.compute_bound_us
+        << ", \"stream_us\": " << r.stream_bound_us << ", \"rounds\": " << r.rounds << "}";
+    }
+    f << "]}\n";
+  }
+  return status;
+}

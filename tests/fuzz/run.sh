@@ -1,0 +1,140 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets (clang, ASan + UBSan) and fuzzes each one for
+# SECONDS, one after the other; prints per target the executions and the
+# crashes found. Exit status 1 if any target crashed (its input is kept in
+# BUILD/fuzz-artifacts/<target>/: fix the bug, then copy the input to
+# tests/fuzz/regressions/<target>/, where ctest replays it from then on).
+#
+#   tests/fuzz/run.sh SECONDS [TARGET...]      (default: every target)
+#
+# Environment:
+#   FERRY_FUZZ_BUILD   build folder (default: build-fuzz in the repository)
+#   FERRY_FUZZ_NICE    nice level for the fuzzers (default 0; 10 on a shared box)
+#   CC, CXX            compilers (default clang-14 / clang++-14, else clang / clang++)
+#   FERRY_SKIP_DEPS=1  do not run scripts/install-deps.sh (group `fuzz`)
+# The corpus of each target grows in BUILD/fuzz-corpus/<target>/ across runs;
+# seeds (fixtures, the tests/bad catalogue, converted models, committed
+# seeds) are refreshed in BUILD/fuzz-seeds/<target>/ on every run.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+root=$PWD
+
+[ $# -ge 1 ] && [[ "$1" =~ ^[0-9]+$ ]] || { echo "usage: tests/fuzz/run.sh SECONDS [TARGET...]" >&2; exit 2; }
+seconds=$1
+shift
+all_targets=(zip pickle checkpoint legacy safetensors model_load model_run inputs npy)
+if [ $# -gt 0 ]; then targets=("$@"); else targets=("${all_targets[@]}"); fi
+build=$(realpath -m "${FERRY_FUZZ_BUILD:-build-fuzz}")
+nice_level=${FERRY_FUZZ_NICE:-0}
+pick() { for c in "$@"; do command -v "$c" >/dev/null && { echo "$c"; return; }; done; echo "$1"; }
+cc=${CC:-$(pick clang-14 clang)}
+cxx=${CXX:-$(pick clang++-14 clang++)}
+[ "${FERRY_SKIP_DEPS:-0}" = 1 ] || FERRY_DEPS="fuzz ${FERRY_DEPS:-}" scripts/install-deps.sh
+
+# --- Build: every source instrumented for coverage (fuzzer-no-link) and
+# sanitized (FERRY_SANITIZE); the targets link libFuzzer.
+echo "fuzz: building in $build with $cxx"
+cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  -DCMAKE_C_COMPILER="$cc" -DCMAKE_CXX_COMPILER="$cxx" \
+  -DCMAKE_C_FLAGS=-fsanitize=fuzzer-no-link -DCMAKE_CXX_FLAGS=-fsanitize=fuzzer-no-link \
+  -DFERRY_SANITIZE=ON -DFERRY_FUZZ=ON >"$build.configure.log" 2>&1 ||
+  { cat "$build.configure.log"; exit 1; }
+cmake --build "$build" --target ferry_fuzz ferry -j "${FERRY_JOBS:-2}"
+
+# --- Seeds.
+seeds=$build/fuzz-seeds
+rm -rf "$seeds"
+mkdir -p "$seeds"
+fixtures=$root/tests/fixtures/models
+bad=$root/tests/bad
+small() { find "$@" -maxdepth 1 -type f -size -64k 2>/dev/null; }  # libFuzzer's max_len cuts the rest
+copy_seeds() {  # copy_seeds TARGET FILE...
+  local dir=$seeds/$1
+  shift
+  mkdir -p "$dir"
+  for f in "$@"; do cp "$f" "$dir/$(basename "$(dirname "$f")")_$(basename "$f")"; done
+}
+copy_seeds zip $(small "$fixtures"/*.pt "$bad"/checkpoints/*)
+copy_seeds checkpoint $(small "$fixtures"/*.pt "$fixtures"/*.safetensors "$bad"/checkpoints/*)
+copy_seeds pickle $(small "$root"/tests/fuzz/seeds/pickle/*)
+copy_seeds legacy "$fixtures"/lstm_legacy.pt
+copy_seeds safetensors "$root"/tests/fuzz/seeds/safetensors/*
+copy_seeds inputs "$root"/tests/fuzz/seeds/inputs/*
+copy_seeds npy "$fixtures"/*.npy
+# Models: fixtures converted by this build's CLI (with self-test vectors),
+# and the catalogue's model files.
+mkdir -p "$seeds/models"
+while read -r name graph; do
+  "$build/converter/ferry" convert "$fixtures/$name.pt" "$seeds/models/$name.fb" --graph "$graph" >/dev/null
+done <<'EOF'
+lstm_1l_tm lstm > last > fc
+lstm_proj_2l lstm > last > fc
+gru_bi gru > last > fc
+rnn_relu rnn(relu) > last > fc
+mlp fc1 > relu > fc2 > softmax
+lstm_seq_fc lstm > fc
+gru_seq_tanh_fc_sigmoid gru > tanh > fc > sigmoid
+EOF
+copy_seeds model_load "$seeds"/models/*.fb "$bad"/models/*
+copy_seeds model_run "$seeds"/models/*.fb "$bad"/models/*
+
+dict_for() {
+  case "$1" in
+    zip) echo "$root/tests/fuzz/dict/zip.dict" ;;
+    pickle | legacy) echo "$root/tests/fuzz/dict/pickle.dict" ;;
+    safetensors) echo "$root/tests/fuzz/dict/safetensors.dict" ;;
+    checkpoint) cat "$root"/tests/fuzz/dict/{zip,pickle}.dict >"$build/checkpoint.dict"; echo "$build/checkpoint.dict" ;;
+    model_load | model_run | inputs) echo "$root/tests/fuzz/dict/model.dict" ;;
+    npy) echo "$root/tests/fuzz/dict/npy.dict" ;;
+  esac
+}
+max_len_for() {
+  case "$1" in
+    zip | checkpoint | model_load | model_run) echo 32768 ;;
+    *) echo 8192 ;;
+  esac
+}
+
+# --- Fuzz.
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1:handle_abort=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+summary=()
+crashed=0
+total_execs=0
+for t in "${targets[@]}"; do
+  bin=$build/tests/fuzz/fuzz_$t
+  [ -x "$bin" ] || { echo "fuzz: no target '$t' (have: ${all_targets[*]})" >&2; exit 2; }
+  corpus=$build/fuzz-corpus/$t
+  artifacts=$build/fuzz-artifacts/$t
+  mkdir -p "$corpus" "$artifacts" "$seeds/$t"
+  before=$(find "$artifacts" -type f | wc -l)
+  log=$build/fuzz-$t.log
+  echo "fuzz: $t for ${seconds}s (log: $log)"
+  set +e
+  nice -n "$nice_level" "$bin" -max_total_time="$seconds" -print_final_stats=1 -timeout=20 \
+    -rss_limit_mb=2560 -max_len="$(max_len_for "$t")" -dict="$(dict_for "$t")" -use_value_profile=1 \
+    -artifact_prefix="$artifacts/" "$corpus" "$seeds/$t" >"$log" 2>&1
+  rc=$?
+  set -e
+  execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+  execs=${execs:-0}
+  total_execs=$((total_execs + execs))
+  after=$(find "$artifacts" -type f | wc -l)
+  new=$((after - before))
+  files=$(find "$corpus" -type f | wc -l)
+  line=$(printf '%-12s %4ss  %12s execs  %7s/s  corpus %6s  crashes %s' "$t" "$seconds" "$execs" \
+    "$((execs / (seconds > 0 ? seconds : 1)))" "$files" "$new")
+  if [ "$rc" -ne 0 ] || [ "$new" -gt 0 ]; then
+    crashed=1
+    line="$line  <-- exit $rc; see $log, inputs in $artifacts/"
+    grep -m3 -E "ERROR: |runtime error|invariant broken|SUMMARY" "$log" | sed 's/^/      /' || true
+  fi
+  echo "fuzz: $line"
+  summary+=("$line")
+done
+
+echo
+echo "fuzz summary (${seconds}s per target, ASan + UBSan):"
+printf '  %s\n' "${summary[@]}"
+echo "  total executions: $total_execs"
+exit "$crashed"
