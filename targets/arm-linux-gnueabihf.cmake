@@ -18,5 +18,7 @@ if(NOT FERRY_ARMV7_FPU)
 endif()
 list(APPEND CMAKE_TRY_COMPILE_PLATFORM_VARIABLES FERRY_ARMV7_FPU)
 set(CMAKE_C_FLAGS_INIT "-march=armv7-a -mfpu=${FERRY_ARMV7_FPU} -mfloat-abi=hard")
-set(CMAKE_CXX_FLAGS_INIT "-march=armv7-a -mfpu=${FERRY_ARMV7_FPU} -mfloat-abi=hard")
+# -Wno-psabi: silences GCC's notes that the ABI of some std:: types changed
+# in GCC 7.1 (nothing here links code built by GCC 6 or older).
+set(CMAKE_CXX_FLAGS_INIT "-march=armv7-a -mfpu=${FERRY_ARMV7_FPU} -mfloat-abi=hard -Wno-psabi")
 include(${CMAKE_CURRENT_LIST_DIR}/linux-cross.cmake)

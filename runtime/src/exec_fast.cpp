@@ -26,6 +26,16 @@ namespace {
 
 uint32_t gate_cols(const Layer& l) { return panels_of(l.hidden) * kPanel * l.gates; }
 
+// A state row's copy: inline for the short rows of streaming (no call into
+// libc's dispatch for 64 bytes), memcpy beyond.
+inline void copy_floats(float* dst, const float* src, size_t n) {
+  if (n > 64) {
+    memcpy(dst, src, n * sizeof(float));
+    return;
+  }
+  for (size_t i = 0; i < n; ++i) dst[i] = src[i];
+}
+
 // ------------------------------------------------------------- GEMM tasks --
 
 struct GemmTask {
@@ -103,8 +113,12 @@ struct BatchTask {
   size_t B;
   size_t t;
   const int32_t* lengths;
-  float* pre;   // P rows of this step [B][cols]
-  float* rec;   // rows the gemm accumulates into: P itself, or (GRU) gates_rec
+  float* pre;       // P rows of this step [B][cols]
+  float* rec;       // rows the gemm accumulates into: P itself, or (GRU) gates_rec
+  const float* h;   // the hidden state before the step: B rows, `ldh` apart
+  size_t ldh;
+  float* h_new;     // where the update writes the new hidden: B rows, `ldh_new` apart
+  size_t ldh_new;
 };
 
 bool active(const int32_t* lengths, size_t b, size_t t) {
@@ -135,17 +149,15 @@ void batch_panels(void* ctx, size_t begin, size_t end) {
       }
     }
   }
-  const simd::GemmArgs g{cell.w_hh.data, G,       layer.h_out, state_h(s, layer, bt->cell_in_layer, 0),
-                         layer.h_out,    nullptr, bt->rec,     bt->rec,
-                         cols,           cols};
+  const simd::GemmArgs g{cell.w_hh.data, G, layer.h_out, bt->h, bt->ldh, nullptr, bt->rec, bt->rec, cols, cols};
   k->gemm(g, 0, bt->B, p0 * G, p1 * G);
   for (size_t b = 0; b < bt->B; ++b) {
     if (!active(bt->lengths, b, bt->t)) continue;
     simd::UpdateArgs u{bt->rec + b * cols,
                        bt->pre + b * cols,
                        layer.op == Op::kLstm ? state_c(s, layer, bt->cell_in_layer, b) : nullptr,
-                       state_h(s, layer, bt->cell_in_layer, b),
-                       s->h_new + b * layer.hidden,
+                       bt->h + b * bt->ldh,
+                       bt->h_new + b * bt->ldh_new,
                        layer.hidden,
                        layer.op == Op::kRnnRelu};
     switch (layer.op) {
@@ -198,6 +210,10 @@ float* fast_recurrent(ferry_session* s, const Layer& layer, float* in, float* ou
               memset(y, 0, layer.h_out * sizeof(float));
               continue;
             }
+            // Without a projection the kernel writes h straight into the
+            // output row (it cannot write the state: later panels still
+            // read the old h); with one, into h_new for the projection.
+            float* h_target = cell.w_hr ? s->h_new : y;
             StepTask st;
             st.k = k;
             st.op = layer.op;
@@ -211,7 +227,7 @@ float* fast_recurrent(ferry_session* s, const Layer& layer, float* in, float* ou
                                      state_h(s, layer, ci, 0),
                                      cell.b_hn.data,
                                      layer.op == Op::kLstm ? state_c(s, layer, ci, 0) : nullptr,
-                                     s->h_new,
+                                     h_target,
                                      layer.hidden,
                                      layer.op == Op::kRnnRelu};
             if (s->threads == 1) {
@@ -220,10 +236,37 @@ float* fast_recurrent(ferry_session* s, const Layer& layer, float* in, float* ou
               const size_t work = macs_per_row + (fuse_input ? size_t{cols} * cell.in : 0);
               parallel_ranges(s->threadpool, panels, tile, work, step_panels, &st);
             }
+            if (!cell.w_hr) {
+              copy_floats(state_h(s, layer, ci, 0), y, layer.h_out);
+              continue;
+            }
           } else {
-            BatchTask bt{s, &layer, &cell, ci, B, t, lengths, pre,
-                         layer.op == Op::kGru ? s->gates_rec : pre};
+            // Without lengths every row advances together: the hidden state
+            // is read from the previous step's output rows and the update
+            // writes the new one straight into this step's (the state is
+            // written once, after the last step). With lengths, rows that
+            // have ended keep theirs, so h goes through the state.
+            const bool direct = !lengths && !cell.w_hr;
+            const bool first = i == 0 && done == 0;
+            const size_t t_prev = d == 0 ? t - 1 : t + 1;
+            const float* h_old = direct && !first ? out + t_prev * B * layer.out + d * layer.h_out
+                                                  : state_h(s, layer, ci, 0);
+            const size_t ldh = direct && !first ? layer.out : layer.h_out;
+            BatchTask bt{s,     &layer, &cell, ci,    B,   t,
+                         lengths, pre,  layer.op == Op::kGru ? s->gates_rec : pre,
+                         h_old, ldh,
+                         direct ? out + t * B * layer.out + d * layer.h_out : s->h_new,
+                         direct ? layer.out : layer.hidden};
             parallel_ranges(s->threadpool, panels, tile, B * macs_per_row, batch_panels, &bt);
+            if (direct) {
+              if (done + i + 1 == T) {  // the last step: the state takes the final h
+                for (size_t b = 0; b < B; ++b) {
+                  copy_floats(state_h(s, layer, ci, b), out + (t * B + b) * layer.out + d * layer.h_out,
+                              layer.h_out);
+                }
+              }
+              continue;
+            }
           }
           // Projection (LSTM proj_size), then commit h to the state and y.
           const float* h = s->h_new;
@@ -241,8 +284,8 @@ float* fast_recurrent(ferry_session* s, const Layer& layer, float* in, float* ou
               memset(y, 0, layer.h_out * sizeof(float));
               continue;
             }
-            memcpy(state_h(s, layer, ci, b), h + b * ldh, layer.h_out * sizeof(float));
-            memcpy(y, h + b * ldh, layer.h_out * sizeof(float));
+            copy_floats(state_h(s, layer, ci, b), h + b * ldh, layer.h_out);
+            copy_floats(y, h + b * ldh, layer.h_out);
           }
         }
       }

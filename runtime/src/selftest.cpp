@@ -17,9 +17,6 @@ namespace {
 
 namespace fb = ::ferry::fb;
 
-// find_vectors(..., kAnyBackend, ...): size the arena for every backend.
-constexpr ferry_backend kAnyBackend = static_cast<ferry_backend>(-1);
-
 // Bounds that keep every product below in range on 32-bit targets too.
 constexpr uint32_t kMaxSelfTestBatch = 1u << 10;
 constexpr uint32_t kMaxSelfTestSeq = 1u << 16;
@@ -41,8 +38,9 @@ void session_options(ferry_backend backend, const Vectors& v, ferry_session_opti
 }
 
 // Finds and checks the stored vectors against the model (the FlatBuffers
-// verifier has already bounded every vector inside the buffer at load).
-ferry_status find_vectors(const ferry_model* model, ferry_backend backend, Vectors* v) {
+// verifier has already bounded every vector inside the buffer at load) and
+// sizes the arena for `*backend`, or with backend NULL for every backend.
+ferry_status find_vectors(const ferry_model* model, const ferry_backend* backend, Vectors* v) {
   if (!model) return fail(FERRY_INVALID_ARGUMENT, "selftest: model is NULL");
   const fb::SelfTest* st = fb::GetModel(model->bytes)->selftest();
   if (!st || st->batch() == 0) {
@@ -80,21 +78,27 @@ ferry_status find_vectors(const ferry_model* model, ferry_backend backend, Vecto
   v->input = st->input()->data();
   v->expected = st->output()->data();
 
-  // The session's arena for `backend`; for kAnyBackend the largest over
-  // every backend this runtime can run on this machine.
+  // The session's arena for *backend; without one the largest over every
+  // backend this runtime can run on this machine.
   size_t session = 0;
-  static const ferry_backend kBackends[] = {FERRY_BACKEND_REFERENCE, FERRY_BACKEND_SIMD,
-                                            FERRY_BACKEND_XNNPACK, FERRY_BACKEND_CUDA,
-                                            FERRY_BACKEND_AUTO};
-  for (const ferry_backend b : kBackends) {
-    if (backend != kAnyBackend && b != backend) continue;
+  if (backend) {
     ferry_session_options options;
-    session_options(b, *v, &options);
-    size_t bytes = 0;
-    status = ferry_session_arena_size(model, &options, &bytes);
-    if (status == FERRY_UNSUPPORTED && backend == kAnyBackend) continue;
+    session_options(*backend, *v, &options);
+    status = ferry_session_arena_size(model, &options, &session);
     if (status != FERRY_OK) return status;
-    if (bytes > session) session = bytes;
+  } else {
+    static const ferry_backend kBackends[] = {FERRY_BACKEND_REFERENCE, FERRY_BACKEND_SIMD,
+                                              FERRY_BACKEND_XNNPACK, FERRY_BACKEND_CUDA,
+                                              FERRY_BACKEND_AUTO};
+    for (const ferry_backend b : kBackends) {
+      ferry_session_options options;
+      session_options(b, *v, &options);
+      size_t bytes = 0;
+      status = ferry_session_arena_size(model, &options, &bytes);
+      if (status == FERRY_UNSUPPORTED) continue;
+      if (status != FERRY_OK) return status;
+      if (bytes > session) session = bytes;
+    }
   }
   clear_error();
   const size_t align = FERRY_ALIGNMENT;
@@ -116,7 +120,7 @@ extern "C" ferry_status ferry_selftest_arena_size(const ferry_model* model, size
   clear_error();
   if (!bytes_out) return fail(FERRY_INVALID_ARGUMENT, "selftest: bytes_out is NULL");
   Vectors v;
-  const ferry_status status = find_vectors(model, kAnyBackend, &v);
+  const ferry_status status = find_vectors(model, nullptr, &v);
   if (status != FERRY_OK) return status;
   *bytes_out = v.total_bytes;
   return FERRY_OK;
@@ -128,7 +132,7 @@ extern "C" ferry_status ferry_selftest(const ferry_model* model, ferry_backend b
   using namespace ferry;
   clear_error();
   Vectors v;
-  ferry_status status = find_vectors(model, backend, &v);
+  ferry_status status = find_vectors(model, &backend, &v);
   if (status != FERRY_OK) return status;
   if (!arena) return fail(FERRY_INVALID_ARGUMENT, "selftest: arena is NULL");
   if (arena_size < v.total_bytes) {

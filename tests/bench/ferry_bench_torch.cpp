@@ -11,13 +11,15 @@
 //   W2  2-layer LSTM, input 32, hidden 256, batch 1, T = 512, whole sequence.
 //   W3  1-layer LSTM, input 64, hidden 256, batch 64, T = 128, whole sequence.
 // Outputs are compared (max abs difference), then timed in alternating
-// rounds (ferry sample, libtorch sample, ...) so that both see the same
-// machine state; medians are reported. The machine's ceilings are measured
-// in the same run:
+// rounds (ferry sample, libtorch sample, memory-ceiling sample, ...) so that
+// all three see the same machine and cache state; medians are reported. The
+// machine's ceilings are measured in the same run:
 //   FMA peak     12 independent FMA chains, single core, at the widest
 //                vector ferry's kernels use here (AVX-512 where the CPU has
 //                it: the batched GEMM uses it; else AVX2+FMA);
-//   stream       a plain read loop over a buffer of the step's weight bytes.
+//   stream       a plain read loop over a buffer of the step's weight bytes
+//                (per step of a whole sequence: each layer's W_hh), as many
+//                passes per sample as ferry's sample has steps.
 // "fraction of ceiling" = max(time at FMA peak, stream time) / measured time.
 //
 // libtorch: at::set_num_threads(1), torch::NoGradGuard; OpenBLAS (the BLAS
@@ -184,24 +186,26 @@ double fma_peak(bool avx512) {
 #endif
 }
 
-// Microseconds to read `bytes` once (median), warm, as a kernel would.
-double stream_time_us(size_t bytes) {
-  const size_t n = (bytes / sizeof(float) + 31) / 32 * 32;
-  float* p = static_cast<float*>(std::aligned_alloc(64, n * sizeof(float)));
-  for (size_t i = 0; i < n; ++i) p[i] = 1e-3f;
-  const int inner = bytes < (1u << 20) ? 200 : bytes < (8u << 20) ? 10 : 1;
-  std::vector<double> t;
-  for (int r = 0; r < 31; ++r) {
-    const double t0 = now_us();
-    for (int k = 0; k < inner; ++k) {
-      __asm__ __volatile__("" : : "r"(p) : "memory");
-      g_sink = read_loop(p, n);
-    }
-    t.push_back((now_us() - t0) / inner);
+// A buffer of a weight matrix's size, read whole by `pass()`: the memory
+// ceiling of a workload, sampled in the same rounds as ferry and libtorch so
+// that it sees the same cache state (after a libtorch sample, a large
+// buffer is partly out of the caches for its first pass, as ferry's weights
+// are for its first step).
+struct StreamBuffer {
+  size_t n = 0;
+  float* p = nullptr;
+  explicit StreamBuffer(size_t bytes) : n((bytes / sizeof(float) + 31) / 32 * 32) {
+    p = static_cast<float*>(std::aligned_alloc(64, n * sizeof(float)));
+    for (size_t i = 0; i < n; ++i) p[i] = 1e-3f;
   }
-  std::free(p);
-  return median(t);
-}
+  ~StreamBuffer() { std::free(p); }
+  StreamBuffer(const StreamBuffer&) = delete;
+  StreamBuffer& operator=(const StreamBuffer&) = delete;
+  void pass() {
+    __asm__ __volatile__("" : : "r"(p) : "memory");
+    g_sink = read_loop(p, n);
+  }
+};
 
 // ----------------------------------------------------------- the models --
 
@@ -279,7 +283,6 @@ struct Result {
   double ferry_us = 0, torch_us = 0;  // per step (W1) or per run
   double max_abs_diff = 0;
   double macs = 0;            // per timed unit
-  double weight_bytes = 0;    // streamed per timed unit (W1)
   double compute_bound_us = 0, stream_bound_us = 0;
   size_t rounds = 0;
 };
@@ -376,8 +379,27 @@ Result run_workload(const Workload& w, const Options& opt, double peak_macs_per_
     if (!(e <= r.max_abs_diff)) r.max_abs_diff = e;
   }
 
+  // The memory ceiling: the bytes each step reads. Streaming reads all its
+  // weights every step; a whole sequence, layer after layer, reads each
+  // layer's W_hh once per step (W_ih once per chunk of steps, not counted).
+  const double g = w.gru ? 3 : 4;
+  const double units_padded = std::ceil(w.hidden / 8.0) * 8;
+  std::vector<std::unique_ptr<StreamBuffer>> streams;
+  if (w.stream) {
+    const double bytes = 4.0 * g * units_padded * (w.input + w.hidden + 1) + (w.gru ? 4.0 * units_padded : 0);
+    streams.emplace_back(new StreamBuffer(static_cast<size_t>(bytes)));
+  } else {
+    for (int64_t k = 0; k < w.layers; ++k) {
+      streams.emplace_back(new StreamBuffer(static_cast<size_t>(4.0 * g * units_padded * w.hidden)));
+    }
+  }
+  const auto stream_sample = [&] {  // as many passes as ferry's sample has steps
+    for (auto& b : streams)
+      for (int64_t t = 0; t < T; ++t) b->pass();
+  };
+
   // Alternating rounds until the time budget is spent.
-  std::vector<double> tf, tt;
+  std::vector<double> tf, tt, ts;
   const double budget_us = (opt.quick ? 0.25 : 1.0) * opt.seconds * 1e6;
   const double start = now_us();
   const size_t min_rounds = opt.quick ? 3 : 7;
@@ -390,6 +412,9 @@ Result run_workload(const Workload& w, const Options& opt, double peak_macs_per_
     t0 = now_us();
     torch_sample();
     tt.push_back(now_us() - t0);
+    t0 = now_us();
+    stream_sample();
+    ts.push_back(now_us() - t0);
   }
   r.rounds = tf.size();
   const double units = w.stream ? static_cast<double>(T) : 1.0;
@@ -403,26 +428,9 @@ Result run_workload(const Workload& w, const Options& opt, double peak_macs_per_
     return m * w.batch;
   }();
   r.macs = per_step_macs * (w.stream ? 1 : T);
-  // The step's weight bytes: W_ih, W_hh (Panel8, as stored) and the bias.
-  const double g = w.gru ? 3 : 4;
-  double bytes = 0;
-  for (int64_t k = 0; k < w.layers; ++k) {
-    const double units = std::ceil(w.hidden / 8.0) * 8;
-    bytes += 4.0 * g * units * ((k ? w.hidden : w.input) + w.hidden + 1) + (w.gru ? 4.0 * units : 0);
-  }
-  r.weight_bytes = bytes;
   r.compute_bound_us = peak_macs_per_s > 0 ? r.macs / peak_macs_per_s * 1e6 : 0;
-  // Streaming re-reads the weights every step; a whole sequence reads its
-  // input weights once per chunk and its recurrent weights once per step.
-  r.stream_bound_us = w.stream ? stream_time_us(static_cast<size_t>(bytes)) : 0;
-  if (!w.stream) {
-    // Layer after layer: each step of layer k reads that layer's W_hh once.
-    r.stream_bound_us = 0;
-    for (int64_t k = 0; k < w.layers; ++k) {
-      const double rec = 4.0 * g * std::ceil(w.hidden / 8.0) * 8 * w.hidden;
-      r.stream_bound_us += stream_time_us(static_cast<size_t>(rec)) * static_cast<double>(T);
-    }
-  }
+  // Per step (streaming) or per run (T steps of every layer).
+  r.stream_bound_us = median(ts) / units;
   return r;
 }
 
@@ -520,7 +528,16 @@ int main(int argc, char** argv) {
   std::printf("libtorch  %s, %d intra-op thread, %d inter-op thread, no grad\n", TORCH_VERSION,
               at::get_num_threads(), at::get_num_interop_threads());
   std::printf("BLAS      %s; %s\n", blas_threads.c_str(), loaded_blas().c_str());
-  std::printf("ferry     %s, backend %s, single thread\n", ferry_version(), opt.backend_name.c_str());
+  const char* table = "none (reference)";
+#if defined(__x86_64__)
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    table = __builtin_cpu_supports("avx512f") ? "avx512 (AVX-512 GEMM and LSTM step, AVX2 for the rest)" : "avx2";
+  }
+#elif defined(__aarch64__)
+  table = "neon";
+#endif
+  std::printf("ferry     %s, backend %s, single thread; SIMD table on this CPU: %s\n", ferry_version(),
+              opt.backend_name.c_str(), table);
   std::printf("ceiling   FMA peak, 1 core: AVX2+FMA %.1f GFLOP/s", 2 * peak256 / 1e9);
   if (peak512 > 0) std::printf(", AVX-512 %.1f GFLOP/s (the ceiling used: ferry's GEMM runs AVX-512 here)", 2 * peak512 / 1e9);
   char load[64] = "?";

@@ -98,8 +98,10 @@ void tile(const GemmArgs& g, size_t m0, uint32_t q0) {
 template <int NZ>
 void sweep_rows(const GemmArgs& g, size_t m0, size_t m1, uint32_t q) {
   size_t m = m0;
-  for (; m + 6 <= m1; m += 6) tile<6, NZ>(g, m, q);
+  for (; m + 8 <= m1; m += 8) tile<8, NZ>(g, m, q);
   switch (m1 - m) {
+    case 7: tile<7, NZ>(g, m, q); break;
+    case 6: tile<6, NZ>(g, m, q); break;
     case 5: tile<5, NZ>(g, m, q); break;
     case 4: tile<4, NZ>(g, m, q); break;
     case 3: tile<3, NZ>(g, m, q); break;
@@ -117,9 +119,10 @@ uint32_t sweep_vectors(const GemmArgs& g, size_t m0, uint32_t q, uint32_t q1) {
   return q;
 }
 
-// 6 rows x 2 zmm (32 lanes: a whole LSTM panel row) is the main tile: 12
-// accumulators, 2 weight registers, 1 broadcast, of 32 zmm.
-void f32_gemm_panel8_6x32__avx512(const GemmArgs& g, size_t m0, size_t m1, uint32_t q0, uint32_t q1) {
+// 8 rows x 2 zmm (32 lanes: a whole LSTM panel row) is the main tile: 16
+// accumulators, 2 weight registers, 1 broadcast, of 32 zmm; per k, 10 loads
+// feed 16 FMAs.
+void f32_gemm_panel8_8x32__avx512(const GemmArgs& g, size_t m0, size_t m1, uint32_t q0, uint32_t q1) {
   if (g.gates % 2 != 0 || size_t{q1} * 8 > g.n_store) {
     avx2::f32_gemm_panel8_6x16__avx2(g, m0, m1, q0, q1);
     return;
@@ -202,7 +205,7 @@ const Kernels* avx512_kernels() {
   static const Kernels table = {
       "avx512",
       {4, 3, 8},
-      avx512::f32_gemm_panel8_6x32__avx512,
+      avx512::f32_gemm_panel8_8x32__avx512,
       avx512::f32_lstm_step_1x32__avx512,
       avx2::f32_gru_step_1x24__avx2,
       avx2::f32_rnn_step_1x64__avx2,

@@ -44,8 +44,8 @@ FERRY_VEC_INLINE void vstore_lanes(float* p, Vec v, uint32_t n) {
 // iteration) for the relative error of exp on |r| <= ln(2)/2: max 9.2e-8.
 // The divide is a reciprocal estimate refined by one Newton step (2^-22).
 // Measured over [-30, 30] in steps of 1.5e-6: |sigmoid error| <= 1.8e-7,
-// |tanh error| <= 3.5e-7 (tests/unit/test_backends checks <= 1e-6). NaN in gives NaN out (the clamps keep
-// NaN, see vmax/vmin).
+// |tanh error| <= 3.5e-7 (tests/unit/test_backends checks <= 1e-6). NaN in
+// gives NaN out (the clamps keep NaN, see vmax/vmin).
 FERRY_VEC_INLINE Vec vsigmoid(Vec x) {
   const float kLog2e = 1.44269502162933349609375f;
   // 1.5 * 2^23 + 127: adding it rounds z * log2(e) to an integer n and

@@ -1,10 +1,12 @@
 // SIMD kernels (AVX2/FMA on x86-64, NEON on Arm) over Panel8 weights.
 //
 // The kernels are written once, as templates over an 8-lane vector type
-// (kernels.inl), and compiled once per ISA in their own translation unit with
-// that ISA's flags (avx2.cpp, neon.cpp). select.cpp picks one table at
-// session init from CPU detection; nothing is dispatched per call and
-// nothing registers itself from a static initializer.
+// (math.inl, kernels.inl), and compiled once per ISA in their own
+// translation unit with that ISA's flags (avx2.cpp, neon.cpp); avx512.cpp
+// adds AVX-512 versions of the two kernels where 64-byte vectors pay (the
+// batched GEMM, the single-sample LSTM step) to the AVX2 table. select.cpp
+// picks one table at session init from CPU detection; nothing is dispatched
+// per call and nothing registers itself from a static initializer.
 //
 // Numeric contract, shared by every table and by XNNPACK's f32 GEMMs: each
 // output of a matrix product is ONE fused multiply-add chain,
@@ -95,13 +97,13 @@ struct Kernels {
 };
 
 // The table for this CPU, or null when it has none of the ISAs built in
-// (e.g. an x86-64 without AVX2+FMA). Decided once per process.
+// (e.g. an x86-64 without AVX2+FMA). Asked at session init (cheap: libgcc
+// reads CPUID once per process).
 const Kernels* kernels_for_this_cpu();
 
-// Tables compiled in (null where not built for this architecture). Used by
-// kernels_for_this_cpu() and by tests.
+// Tables compiled in (null where not built for this architecture).
 const Kernels* avx2_kernels();
-const Kernels* avx512_kernels();  // avx2's, with an AVX-512 gemm
+const Kernels* avx512_kernels();  // avx2's, with AVX-512 gemm and LSTM step
 const Kernels* neon_kernels();
 
 }  // namespace simd

@@ -1,6 +1,6 @@
-// 8-lane float vector on AVX2 + FMA: one __m256. Included only by avx2.cpp,
-// which is compiled with -mavx2 -mfma; everything here is inline in that
-// translation unit's namespace.
+// 8-lane float vector on AVX2 + FMA: one __m256. Included only by avx2.cpp
+// and avx512.cpp, which are compiled with (at least) -mavx2 -mfma;
+// everything here is inline in that translation unit's namespace.
 #pragma once
 
 // (avx2.cpp includes <immintrin.h> before this header.)
@@ -22,12 +22,13 @@ FERRY_VEC_INLINE Vec vadd(Vec a, Vec b) { return {_mm256_add_ps(a.v, b.v)}; }
 FERRY_VEC_INLINE Vec vsub(Vec a, Vec b) { return {_mm256_sub_ps(a.v, b.v)}; }
 FERRY_VEC_INLINE Vec vmul(Vec a, Vec b) { return {_mm256_mul_ps(a.v, b.v)}; }
 // max(a, b) as x86 computes it: b when either is NaN. Callers put the
-// constant first so that a NaN input comes out as NaN.
+// constant first so that a NaN input comes out as NaN (and -0 from 0, -0).
 FERRY_VEC_INLINE Vec vmax(Vec a, Vec b) { return {_mm256_max_ps(a.v, b.v)}; }
 // min(a, b), likewise b when either is NaN.
 FERRY_VEC_INLINE Vec vmin(Vec a, Vec b) { return {_mm256_min_ps(a.v, b.v)}; }
 FERRY_VEC_INLINE Vec vneg(Vec x) { return {_mm256_xor_ps(x.v, _mm256_set1_ps(-0.0f))}; }
-// 2^n from the low bits of a float that holds (magic + n + 127) (see vexp_neg).
+// 2^n from the low bits of a float that holds (magic + n + 127) (see
+// vsigmoid in math.inl).
 FERRY_VEC_INLINE Vec vexp2_from_magic(Vec nb) {
   return {_mm256_castsi256_ps(_mm256_slli_epi32(_mm256_castps_si256(nb.v), 23))};
 }
