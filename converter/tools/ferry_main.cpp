@@ -43,7 +43,7 @@ struct UsageError : Error {
 
 const char* kUsage =
     "usage:\n"
-    "  ferry convert IN.pt OUT.fb [--graph SPEC] [--batch-first] [--key NAME] [--stats]\n"
+    "  ferry convert IN.pt OUT.fb [--graph SPEC] [--batch-first] [--key NAME] [--stats] [--selftest]\n"
     "                             [--c-array model_data.h]\n"
     "  ferry run MODEL.fb --input X.npy --output Y.npy [--backend auto|reference|simd|xnnpack]\n"
     "                     [--threads N] [--stream] [--lengths L1,L2,...] [--expect Y.npy [--tolerance 1e-5]]\n"
@@ -142,7 +142,7 @@ Progress progress_bar(uint64_t input_bytes) {
 
 int cmd_convert(int argc, char** argv) {
   Args args(argc, argv, 2, {"--graph", "--key", "--quantize", "--calibration", "--c-array"},
-            {"--batch-first", "--stats"});
+            {"--batch-first", "--stats", "--selftest"});
   const auto t0 = std::chrono::steady_clock::now();
   if (args.positional.size() != 2) throw UsageError("convert takes IN and OUT.fb");
   const std::string in = args.positional[0], out = args.positional[1];
@@ -188,14 +188,30 @@ int cmd_convert(int argc, char** argv) {
   for (const std::string& n : result.notes) std::fprintf(stderr, "ferry: note: %s\n", n.c_str());
 
   // Metadata in memory; weights streamed from the source to the file.
-  plan_selftest(plan);  // golden vectors; the output is filled in the written file
+  // Golden vectors (the output is filled in the written file). Computing them
+  // runs the whole model once, which for a large host model costs as much
+  // time and memory as the conversion itself: above 64 MiB of weights they
+  // are stored only when asked for (--selftest).
+  uint64_t weight_bytes = 0;
+  for (const TensorPlan& t : plan.tensors) weight_bytes += t.numel() * sizeof(float);
+  const bool with_selftest = args.flags.count("--selftest") || weight_bytes <= (uint64_t{64} << 20);
+  if (with_selftest) {
+    plan_selftest(plan);
+  } else {
+    std::fprintf(stderr, "ferry: note: %llu MiB of weights: self-test vectors not stored (pass --selftest to store them)\n",
+                 static_cast<unsigned long long>(weight_bytes >> 20));
+  }
   const ModelBytes bytes = build_model(plan, nullptr, /*fill_weights=*/false);
   const int source_fd = ::open(in.c_str(), O_RDONLY | O_CLOEXEC);
   if (source_fd < 0) throw Error("cannot open '" + in + "': " + std::strerror(errno));
   struct Close { int fd; ~Close() { ::close(fd); } } close_source{source_fd};
-  write_with_selftest(out, [&](const std::string& staging) {
-    write_model_file(staging, bytes, plan, source_fd, progress_bar(file.size()));
-  });
+  if (with_selftest) {
+    write_with_selftest(out, [&](const std::string& staging) {
+      write_model_file(staging, bytes, plan, source_fd, progress_bar(file.size()));
+    });
+  } else {
+    write_model_file(out, bytes, plan, source_fd, progress_bar(file.size()));
+  }
   const auto* model = ferry::fb::GetModel(bytes.data());
   std::printf("wrote    %s: %zu bytes (weights %u bytes), streaming arena (batch 1): %llu bytes\n",
               out.c_str(), bytes.size(), model->weights() ? model->weights()->size() : 0u,
