@@ -467,7 +467,7 @@ ModelCost model_cost(const ferry::fb::Model* m) {
         break;
       }
       case fb::LayerKind::Linear:
-        (collapsed ? c.macs_per_sample : c.macs_per_step_sample) += double{l->input_size()} * l->output_size();
+        (collapsed ? c.macs_per_sample : c.macs_per_step_sample) += static_cast<double>(l->input_size()) * l->output_size();
         break;
       case fb::LayerKind::Last: collapsed = true; break;
       default: break;

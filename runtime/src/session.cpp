@@ -171,7 +171,15 @@ ferry_status read_options(const ferry_session_options* o, Options* out) {
   }
   out->max_batch = o->max_batch;
   out->max_seq = o->max_seq;
-  out->backend = o->backend;
+  // Read the enum's bytes as an integer first: a caller may pass any value
+  // (e.g. from a newer header), and loading an out-of-range enum is UB.
+  int backend = 0;
+  static_assert(sizeof(backend) == sizeof(o->backend), "ferry_backend is int-sized");
+  memcpy(&backend, &o->backend, sizeof(backend));
+  if (backend < FERRY_BACKEND_AUTO || backend > FERRY_BACKEND_CUDA) {
+    return fail(FERRY_INVALID_ARGUMENT, "backend %d is unknown", backend);
+  }
+  out->backend = static_cast<ferry_backend>(backend);
   if (o->struct_size >= offsetof(ferry_session_options, threadpool) + sizeof(void*)) {
     out->threadpool = o->threadpool;
   }

@@ -212,8 +212,18 @@ TEST(Determinism, ConverterOutputIsByteIdentical) {
                {"lstm_proj_2l.pt", "lstm > last > fc"},
                {"lstm_fp16.pt", "lstm > last > fc"},  // converted, not copied
                {"mlp.pt", "fc1 > relu > fc2 > softmax"}};
-  std::string dir = (std::filesystem::temp_directory_path() / "ferry-determinism-XXXXXX").string();
-  ASSERT_NE(mkdtemp(dir.data()), nullptr);
+  struct TempDir {
+    std::string path = (std::filesystem::temp_directory_path() / "ferry-determinism-XXXXXX").string();
+    TempDir() {
+      if (!mkdtemp(path.data())) path.clear();
+    }
+    ~TempDir() {
+      std::error_code ec;
+      if (!path.empty()) std::filesystem::remove_all(path, ec);
+    }
+  } temp;
+  ASSERT_FALSE(temp.path.empty());
+  const std::string& dir = temp.path;
   for (const auto& c : cases) {
     SCOPED_TRACE(c.file);
     std::vector<std::vector<uint8_t>> in_memory;
@@ -251,7 +261,6 @@ TEST(Determinism, ConverterOutputIsByteIdentical) {
     EXPECT_EQ(std::string(in_memory[0].begin(), in_memory[0].end()), on_disk[0])
         << "the streamed file differs from the in-memory model";
   }
-  std::filesystem::remove_all(dir);
 }
 
 }  // namespace
