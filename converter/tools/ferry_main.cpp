@@ -315,6 +315,33 @@ void print_output(const NpyArray& y) {
   if (rows > 8) std::printf("  ... (%zu rows)\n", rows);
 }
 
+// A session on a heap arena of exactly ferry_session_arena_size() bytes, for
+// the commands that run a model (run, bench).
+struct CliSession {
+  ferry_session* session = nullptr;
+  size_t arena_bytes = 0;
+  void* arena = nullptr;
+
+  CliSession(const ferry_model* model, size_t batch, size_t seq, ferry_backend backend, void* threadpool) {
+    ferry_session_options opt;
+    ferry_session_options_init(&opt);
+    opt.max_batch = batch;
+    opt.max_seq = seq;
+    opt.backend = backend;
+    opt.threadpool = threadpool;
+    check(ferry_session_arena_size(model, &opt, &arena_bytes), "arena size");
+    arena = std::aligned_alloc(FERRY_ALIGNMENT, (arena_bytes + FERRY_ALIGNMENT - 1) / FERRY_ALIGNMENT * FERRY_ALIGNMENT);
+    if (!arena) throw Error("cannot allocate a " + std::to_string(arena_bytes) + "-byte arena");
+    if (ferry_session_init(model, &opt, arena, arena_bytes, &session) != FERRY_OK) {
+      std::free(arena);
+      throw Error(std::string("session: ") + ferry_last_error());
+    }
+  }
+  ~CliSession() { std::free(arena); }
+  CliSession(const CliSession&) = delete;
+  CliSession& operator=(const CliSession&) = delete;
+};
+
 int cmd_run(int argc, char** argv) {
   Args args(argc, argv, 2, {"--input", "--output", "--backend", "--lengths", "--threads", "--expect", "--tolerance"},
             {"--stream", "--quiet"});
@@ -365,20 +392,10 @@ int cmd_run(int argc, char** argv) {
   const bool stream = args.flags.count("--stream") != 0;
   if (stream && !lengths.empty()) throw UsageError("--stream and --lengths do not combine");
 
-  ferry_session_options opt;
-  ferry_session_options_init(&opt);
-  opt.max_batch = batch;
-  opt.max_seq = stream ? 1 : seq;
   const std::string backend_name = args.get("--backend").value_or("auto");
-  opt.backend = parse_backend(backend_name);
-  opt.threadpool = pool.pool;
-  size_t arena_bytes = 0;
-  check(ferry_session_arena_size(lm.model, &opt, &arena_bytes), "arena size");
-  void* arena = std::aligned_alloc(FERRY_ALIGNMENT, (arena_bytes + FERRY_ALIGNMENT - 1) / FERRY_ALIGNMENT * FERRY_ALIGNMENT);
-  if (!arena) throw Error("cannot allocate a " + std::to_string(arena_bytes) + "-byte arena");
-  struct Free { void* p; ~Free() { std::free(p); } } free_arena{arena};
-  ferry_session* session = nullptr;
-  check(ferry_session_init(lm.model, &opt, arena, arena_bytes, &session), "session");
+  const CliSession cli_session(lm.model, batch, stream ? 1 : seq, parse_backend(backend_name), pool.pool);
+  ferry_session* session = cli_session.session;
+  const size_t arena_bytes = cli_session.arena_bytes;
 
   size_t out_floats = 0;
   check(ferry_output_floats(lm.model, batch, seq, &out_floats), "output size");
@@ -507,20 +524,10 @@ int cmd_bench(int argc, char** argv) {
   if (stream && !info.streamable) throw Error("'" + path + "': --stream: the model has a bidirectional layer");
   if (stream && !info.has_time_axis) throw UsageError("--stream needs a model with a time axis");
 
-  ferry_session_options opt;
-  ferry_session_options_init(&opt);
-  opt.max_batch = batch;
-  opt.max_seq = stream ? 1 : seq;
   const std::string backend_name = args.get("--backend").value_or("auto");
-  opt.backend = parse_backend(backend_name);
-  opt.threadpool = pool.pool;
-  size_t arena_bytes = 0;
-  check(ferry_session_arena_size(lm.model, &opt, &arena_bytes), "arena size");
-  void* arena = std::aligned_alloc(FERRY_ALIGNMENT, (arena_bytes + FERRY_ALIGNMENT - 1) / FERRY_ALIGNMENT * FERRY_ALIGNMENT);
-  if (!arena) throw Error("cannot allocate a " + std::to_string(arena_bytes) + "-byte arena");
-  struct Free { void* p; ~Free() { std::free(p); } } free_arena{arena};
-  ferry_session* session = nullptr;
-  check(ferry_session_init(lm.model, &opt, arena, arena_bytes, &session), "session");
+  const CliSession cli_session(lm.model, batch, stream ? 1 : seq, parse_backend(backend_name), pool.pool);
+  ferry_session* session = cli_session.session;
+  const size_t arena_bytes = cli_session.arena_bytes;
 
   // Seeded input in the model's layout: a small deterministic generator.
   std::vector<float> x(batch * seq * info.input_size);
