@@ -18,6 +18,7 @@
 #include "checkpoint.h"
 #include "error.h"
 #include "mapped_file.h"
+#include "checkpoint_loading.h"
 #include "pt_builder.h"
 
 namespace ferry::conv {
@@ -27,31 +28,10 @@ using test::Bytes;
 using test::PickleBuilder;
 using test::TensorSpec;
 
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
-
-// Keeps the file and its mapping alive as long as the tensors that view it.
-struct Loaded {
-  std::unique_ptr<test::TempFile> file;
-  std::unique_ptr<MappedFile> map;
-  Checkpoint ck;
-};
-
-Loaded load(const Bytes& bytes, const LoadOptions& options = {}) {
-  Loaded l;
-  l.file = std::make_unique<test::TempFile>(bytes);
-  l.map = std::make_unique<MappedFile>(l.file->path());
-  l.ck = load_checkpoint(*l.map, options);
-  return l;
-}
-
-std::string load_error(const Bytes& bytes, const LoadOptions& options = {}) {
-  try {
-    load(bytes, options);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::contains;
+using test::load;
+using test::load_error;
+using test::Loaded;
 
 TensorSpec spec(std::string name, std::string key, int64_t numel, std::vector<int64_t> size,
                 std::string cls = "FloatStorage") {

@@ -10,6 +10,7 @@
 #include "checkpoint.h"
 #include "error.h"
 #include "mapped_file.h"
+#include "checkpoint_loading.h"
 #include "pt_builder.h"
 
 namespace ferry::conv {
@@ -17,30 +18,10 @@ namespace {
 
 using test::Bytes;
 
-bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
-
-struct Loaded {
-  std::unique_ptr<test::TempFile> file;
-  std::unique_ptr<MappedFile> map;
-  Checkpoint ck;
-};
-
-Loaded load(const Bytes& bytes, const LoadOptions& options = {}) {
-  Loaded l;
-  l.file = std::make_unique<test::TempFile>(bytes, ".safetensors");
-  l.map = std::make_unique<MappedFile>(l.file->path());
-  l.ck = load_checkpoint(*l.map, options);
-  return l;
-}
-
-std::string load_error(const Bytes& bytes, const LoadOptions& options = {}) {
-  try {
-    load(bytes, options);
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::contains;
+using test::load;
+using test::load_error;
+using test::Loaded;
 
 std::string ignored_reason(const Checkpoint& ck, const std::string& name) {
   for (const auto& [n, why] : ck.ignored)

@@ -1,0 +1,42 @@
+// Loading a checkpoint built in memory (pt_builder.h) through the real file
+// path: written to a temporary file, memory-mapped, read by load_checkpoint.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "checkpoint.h"
+#include "error.h"
+#include "mapped_file.h"
+#include "pt_builder.h"
+
+namespace ferry::test {
+
+inline bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+// Keeps the file and its mapping alive as long as the tensors that view it.
+struct Loaded {
+  std::unique_ptr<TempFile> file;
+  std::unique_ptr<conv::MappedFile> map;
+  conv::Checkpoint ck;
+};
+
+inline Loaded load(const Bytes& bytes, const conv::LoadOptions& options = {}) {
+  Loaded l;
+  l.file = std::make_unique<TempFile>(bytes);
+  l.map = std::make_unique<conv::MappedFile>(l.file->path());
+  l.ck = conv::load_checkpoint(*l.map, options);
+  return l;
+}
+
+// The error message load() gives, or "" when the bytes load.
+inline std::string load_error(const Bytes& bytes, const conv::LoadOptions& options = {}) {
+  try {
+    load(bytes, options);
+  } catch (const conv::Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace ferry::test
