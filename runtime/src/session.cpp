@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include <new>
+#include <type_traits>
 
 #include "fp_env.h"
 #include "kernels/reference/reference.h"
@@ -173,11 +174,13 @@ ferry_status read_options(const ferry_session_options* o, Options* out) {
   out->max_seq = o->max_seq;
   // Read the enum's bytes as an integer first: a caller may pass any value
   // (e.g. from a newer header), and loading an out-of-range enum is UB.
-  int backend = 0;
-  static_assert(sizeof(backend) == sizeof(o->backend), "ferry_backend is int-sized");
-  memcpy(&backend, &o->backend, sizeof(backend));
+  // (Its size is the ABI's: 1 byte with the -fshort-enums of bare-metal Arm.)
+  std::underlying_type<ferry_backend>::type raw;
+  static_assert(sizeof(raw) == sizeof(o->backend), "enum and its underlying type differ in size");
+  memcpy(&raw, &o->backend, sizeof(raw));
+  const long long backend = static_cast<long long>(raw);
   if (backend < FERRY_BACKEND_AUTO || backend > FERRY_BACKEND_CUDA) {
-    return fail(FERRY_INVALID_ARGUMENT, "backend %d is unknown", backend);
+    return fail(FERRY_INVALID_ARGUMENT, "backend %lld is unknown", backend);
   }
   out->backend = static_cast<ferry_backend>(backend);
   if (o->struct_size >= offsetof(ferry_session_options, threadpool) + sizeof(void*)) {
