@@ -8,10 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "checkpoint.h"
-#include "error.h"
 #include "fuzz_support.h"
-#include "modules.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const uint8_t kPrologue[] = {0x80, 0x02, 0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46,
@@ -21,16 +18,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     bytes.assign(kPrologue, kPrologue + sizeof kPrologue);
   bytes.insert(bytes.end(), data, data + size);
   static ferry::fuzz::MemoryFile memory;
-  const auto file = memory.map(bytes.data(), bytes.size());
-  try {
-    const ferry::conv::Checkpoint c = ferry::conv::load_checkpoint(*file);
-    // Materialize what a conversion would (a zero-stride view may declare
-    // 2^40 elements backed by one: the converter's 2 GiB output cap refuses
-    // those before materializing, so the harness skips them too).
-    for (const ferry::conv::TensorRef& t : c.tensors)
-      if (t.numel() <= (int64_t{1} << 20)) (void)ferry::conv::to_float32(t);
-    (void)ferry::conv::group_modules(c);
-  } catch (const ferry::conv::Error&) {
-  }
+  ferry::fuzz::exercise_checkpoint(memory, bytes.data(), bytes.size());
   return 0;
 }

@@ -8,10 +8,7 @@
 #include <cstring>
 #include <vector>
 
-#include "checkpoint.h"
-#include "error.h"
 #include "fuzz_support.h"
-#include "modules.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const uint8_t* nul = static_cast<const uint8_t*>(std::memchr(data, 0, size));
@@ -21,13 +18,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   bytes.insert(bytes.end(), data, data + header);
   if (nul) bytes.insert(bytes.end(), nul + 1, data + size);
   static ferry::fuzz::MemoryFile memory;
-  const auto file = memory.map(bytes.data(), bytes.size());
-  try {
-    const ferry::conv::Checkpoint c = ferry::conv::load_checkpoint(*file);
-    for (const ferry::conv::TensorRef& t : c.tensors)
-      if (t.numel() <= (int64_t{1} << 20)) (void)ferry::conv::to_float32(t);
-    (void)ferry::conv::group_modules(c);
-  } catch (const ferry::conv::Error&) {
-  }
+  ferry::fuzz::exercise_checkpoint(memory, bytes.data(), bytes.size());
   return 0;
 }

@@ -10,7 +10,10 @@
 #include <memory>
 #include <string>
 
+#include "checkpoint.h"
+#include "error.h"
 #include "mapped_file.h"
+#include "modules.h"
 
 namespace ferry::fuzz {
 
@@ -63,6 +66,22 @@ class AlignedCopy {
   uint8_t* data_;
   size_t size_;
 };
+
+// Reads `bytes` as a checkpoint file and does what a conversion would with
+// it: converts every tensor and groups the modules. A refusal (Error) is
+// fine. Tensors over 2^20 elements are skipped: a zero-stride view may declare
+// 2^40 elements backed by one, and the converter's 2 GiB output cap refuses
+// those before materializing.
+inline void exercise_checkpoint(MemoryFile& memory, const uint8_t* bytes, size_t size) {
+  const auto file = memory.map(bytes, size);
+  try {
+    const conv::Checkpoint c = conv::load_checkpoint(*file);
+    for (const conv::TensorRef& t : c.tensors)
+      if (t.numel() <= (int64_t{1} << 20)) (void)conv::to_float32(t);
+    (void)conv::group_modules(c);
+  } catch (const conv::Error&) {
+  }
+}
 
 // A broken invariant: abort, which libFuzzer (and the replay driver) report
 // as a crash with the input that caused it.

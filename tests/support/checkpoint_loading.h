@@ -2,6 +2,7 @@
 // path: written to a temporary file, memory-mapped, read by load_checkpoint.
 #pragma once
 
+#include <initializer_list>
 #include <memory>
 #include <string>
 
@@ -37,6 +38,23 @@ inline std::string load_error(const Bytes& bytes, const conv::LoadOptions& optio
     return e.what();
   }
   return "";
+}
+
+// Flips every `step`-th byte of `good` with each mask in turn and loads the
+// result, converting every tensor it yields: each must either load or be
+// refused with an Error — never crash (the sanitizer builds check memory).
+inline void load_every_corruption(const Bytes& good, size_t step, std::initializer_list<uint8_t> masks) {
+  for (size_t i = 0; i < good.size(); i += step) {
+    for (uint8_t mask : masks) {
+      Bytes bad = good;
+      bad[i] ^= mask;
+      try {
+        Loaded l = load(bad);
+        for (const conv::TensorRef& t : l.ck.tensors) conv::to_float32(t);
+      } catch (const conv::Error&) {
+      }
+    }
+  }
 }
 
 }  // namespace ferry::test

@@ -480,18 +480,7 @@ TEST(Checkpoint, ZipCorruptionNeverCrashes) {
   t.stride = {1, 3};
   const Bytes zip = test::checkpoint_zip(test::state_dict_pickle({t, spec("b", "1", 2, {2}, "HalfStorage")}),
                                          {{"0", f32({0, 1, 2, 3, 4, 5})}, {"1", test::raw_bytes(std::vector<uint16_t>{1, 2})}});
-  test::TempFile file(zip);
-  for (size_t i = 0; i < zip.size(); i += 3) {
-    Bytes bad = zip;
-    bad[i] ^= 0x5A;
-    test::TempFile f(bad);
-    try {
-      MappedFile m(f.path());
-      Checkpoint ck = load_checkpoint(m);
-      for (const TensorRef& r : ck.tensors) to_float32(r);
-    } catch (const Error&) {
-    }
-  }
+  test::load_every_corruption(zip, 3, {0x5A});
 }
 
 // ---------------------------------------------------------------------------

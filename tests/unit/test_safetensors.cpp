@@ -236,17 +236,7 @@ TEST(Safetensors, KeyOptionIsRefused) {
 
 TEST(Safetensors, CorruptionNeverCrashes) {
   const Bytes good = test::safetensors_file(kTwo, two_data());
-  for (size_t i = 0; i < good.size(); ++i) {
-    for (uint8_t x : {uint8_t(0x01), uint8_t(0x20), uint8_t(0x80)}) {
-      Bytes bad = good;
-      bad[i] ^= x;
-      try {
-        Loaded l = load(bad);
-        for (const TensorRef& t : l.ck.tensors) to_float32(t);
-      } catch (const Error&) {
-      }
-    }
-  }
+  test::load_every_corruption(good, 1, {0x01, 0x20, 0x80});
   for (size_t n = 0; n < good.size(); ++n) {
     const Bytes prefix(good.begin(), good.begin() + long(n));
     EXPECT_FALSE(load_error(prefix).empty()) << n;
