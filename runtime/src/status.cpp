@@ -2,6 +2,9 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <string.h>
+
+#include <type_traits>
 
 namespace ferry {
 namespace {
@@ -46,3 +49,30 @@ extern "C" const char* ferry_status_string(ferry_status status) {
 #define FERRY_VERSION_STRING "0.1.0"
 #endif
 extern "C" const char* ferry_version(void) { return FERRY_VERSION_STRING; }
+
+namespace {
+
+// Indexed by ferry_backend.
+const char* const kBackendNames[] = {"auto", "reference", "simd", "xnnpack", "cuda"};
+constexpr int kBackendCount = sizeof(kBackendNames) / sizeof(kBackendNames[0]);
+
+}  // namespace
+
+extern "C" const char* ferry_backend_name(ferry_backend backend) {
+  // Read through its underlying type: a caller may pass any value, and an
+  // out-of-range enum value must not be used as the enum (UB).
+  std::underlying_type<ferry_backend>::type value;
+  memcpy(&value, &backend, sizeof(value));
+  return static_cast<long long>(value) >= 0 && static_cast<long long>(value) < kBackendCount ? kBackendNames[value] : "unknown";
+}
+
+extern "C" ferry_status ferry_backend_from_name(const char* name, ferry_backend* backend_out) {
+  if (!name || !backend_out) return ferry::fail(FERRY_INVALID_ARGUMENT, "name or backend_out is NULL");
+  for (int i = 0; i < kBackendCount; ++i) {
+    if (strcmp(name, kBackendNames[i]) == 0) {
+      *backend_out = static_cast<ferry_backend>(i);
+      return FERRY_OK;
+    }
+  }
+  return ferry::fail(FERRY_INVALID_ARGUMENT, "backend '%s': expected auto, reference, simd, xnnpack or cuda", name);
+}

@@ -136,6 +136,14 @@ typedef enum ferry_backend {
   FERRY_BACKEND_CUDA = 4,
 } ferry_backend;
 
+/* "auto", "reference", "simd", "xnnpack", "cuda"; "unknown" for any other
+ * value. Never NULL. */
+const char* ferry_backend_name(ferry_backend backend);
+
+/* The backend named `name` (as ferry_backend_name spells it). Returns
+ * FERRY_INVALID_ARGUMENT, with the names in the message, for any other. */
+ferry_status ferry_backend_from_name(const char* name, ferry_backend* backend_out);
+
 typedef struct ferry_session_options {
   size_t struct_size;  /* sizeof(ferry_session_options) */
   size_t max_batch;    /* >= 1 */
