@@ -1,7 +1,7 @@
 // 8-lane float vector on NEON: two float32x4_t. Included only by neon.cpp.
 // AArch64 has a fused multiply-add (vfmaq_f32); ARMv7 NEON does not (vmlaq_f32
 // rounds twice), which keeps every kernel's result consistent within one
-// build, as the numeric contract in simd.h asks.
+// build, as the numeric contract in kernels/kernel_set.h asks.
 #pragma once
 
 // (neon.cpp includes <arm_neon.h> before this header.)

@@ -1,4 +1,4 @@
-// ferry_model_load: verification and the internal view.
+// Model verification and the internal view (model/loader.h).
 //
 // Two layers of checks, both always on:
 //  1. the FlatBuffers verifier (every offset and vector inside the buffer);
@@ -12,14 +12,28 @@
 
 #include <new>
 
+#include "common/status.h"
 #include "ferry/ferry_generated.h"
-#include "model.h"
-#include "status.h"
+#include "model/loader.h"
+#include "model/model.h"
 
 namespace ferry {
 namespace {
 
 namespace fb = ::ferry::fb;
+
+// Element types some kernel set of this runtime reads.
+bool dtype_loadable(DType dtype) { return dtype == DType::kF32; }
+
+// The element size in bytes of `dtype`.
+uint64_t dtype_bytes(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return 4;
+    case DType::kF16: return 2;
+    case DType::kI8: return 1;
+  }
+  return 4;
+}
 
 struct Loader {
   const uint8_t* bytes;
@@ -30,7 +44,7 @@ struct Loader {
   // to `dims`, rows grouped in `gates` gates (the G of the Panel8 layout).
   // `role` names the tensor in messages ("lstm cell 1 w_hh").
   ferry_status tensor(int64_t index, uint32_t layer_index, const char* role,
-                      uint32_t rank, const uint32_t* dims, uint32_t gates, Matrix* out_matrix) {
+                      uint32_t rank, const uint32_t* dims, uint32_t gates, Weight* out_weight) {
     const auto* tensors = m->tensors();
     const uint32_t count = tensors ? tensors->size() : 0;
     if (index < 0 || index >= static_cast<int64_t>(count)) {
@@ -39,11 +53,12 @@ struct Loader {
                   layer_index, role, static_cast<long long>(index), count);
     }
     const fb::Tensor* t = tensors->Get(static_cast<uint32_t>(index));
-    if (t->dtype() != fb::DType::F32) {
-      if (static_cast<unsigned>(t->dtype()) > static_cast<unsigned>(fb::DType::MAX)) {
-        return fail(FERRY_INVALID_MODEL, "tensors[%lld].dtype: unknown value %u",
-                    static_cast<long long>(index), static_cast<unsigned>(t->dtype()));
-      }
+    if (static_cast<unsigned>(t->dtype()) > static_cast<unsigned>(fb::DType::MAX)) {
+      return fail(FERRY_INVALID_MODEL, "tensors[%lld].dtype: unknown value %u",
+                  static_cast<long long>(index), static_cast<unsigned>(t->dtype()));
+    }
+    const DType dtype = static_cast<DType>(t->dtype());  // the enums share values (static_asserts below)
+    if (!dtype_loadable(dtype)) {
       return fail(FERRY_UNSUPPORTED, "tensors[%lld] (%s): dtype %s is not supported by this runtime",
                   static_cast<long long>(index), role, fb::EnumNameDType(t->dtype()));
     }
@@ -74,14 +89,14 @@ struct Loader {
     const uint32_t units = dims[0] / gates;
     const uint32_t cols = rank == 2 ? dims[1] : 1;
     if (panel8) {
-      elements = uint64_t{panels_of(units)} * kPanel * gates;
+      elements = layout::panel8_elements(gates, units, 1);
       if (__builtin_mul_overflow(elements, uint64_t{cols}, &elements)) {
         return fail(FERRY_INVALID_MODEL, "tensors[%lld] (%s): Panel8 size overflows",
                     static_cast<long long>(index), role);
       }
     }
     uint64_t nbytes = 0;
-    if (__builtin_mul_overflow(elements, uint64_t{4}, &nbytes) || t->size() != nbytes) {
+    if (__builtin_mul_overflow(elements, dtype_bytes(dtype), &nbytes) || t->size() != nbytes) {
       return fail(FERRY_INVALID_MODEL, "tensors[%lld] (%s): size %llu bytes, shape needs %llu (%s)",
                   static_cast<long long>(index), role,
                   static_cast<unsigned long long>(t->size()),
@@ -103,20 +118,22 @@ struct Loader {
                   static_cast<long long>(index), role,
                   static_cast<unsigned long long>(t->offset()), FERRY_ALIGNMENT);
     }
-    out_matrix->data = reinterpret_cast<const float*>(blob->data() + t->offset());
-    out_matrix->gates = gates;
-    out_matrix->units = units;
-    out_matrix->cols = cols;
-    out_matrix->panel8 = panel8;
+    out_weight->data = blob->data() + t->offset();
+    out_weight->scales = nullptr;
+    out_weight->gates = static_cast<uint8_t>(gates);
+    out_weight->units = units;
+    out_weight->cols = cols;
+    out_weight->dtype = dtype;
+    out_weight->layout = panel8 ? WeightLayout::kPanel8 : WeightLayout::kRowMajor;
     return FERRY_OK;
   }
 
   ferry_status optional_tensor(int64_t index, uint32_t layer_index, const char* role,
                                uint32_t rank, const uint32_t* dims, uint32_t gates,
-                               Matrix* out_matrix) {
-    *out_matrix = Matrix();
+                               Weight* out_weight) {
+    *out_weight = Weight();
     if (index == -1) return FERRY_OK;
-    return tensor(index, layer_index, role, rank, dims, gates, out_matrix);
+    return tensor(index, layer_index, role, rank, dims, gates, out_weight);
   }
 
   ferry_status recurrent(uint32_t li, const fb::Layer* l, Layer* layer, uint32_t width) {
@@ -137,7 +154,7 @@ struct Loader {
     }
     layer->hidden = h;
     layer->h_out = p ? p : h;
-    layer->gates = layer->op == Op::kLstm ? 4 : layer->op == Op::kGru ? 3 : 1;
+    layer->gates = layout::gate_count(cell_kind(layer->op));
     layer->num_layers = l->num_layers();
     layer->dirs = l->bidirectional() ? 2 : 1;
     layer->in = width;
@@ -163,24 +180,28 @@ struct Loader {
       const uint32_t b[1] = {rows};
       const uint32_t bhn[1] = {h};
       const uint32_t hr[2] = {p, h};
+      const layout::CellKind kind = cell_kind(layer->op);
       const uint32_t g = layer->gates;
+      const uint32_t g_bhn = layout::gates_for_role(kind, layout::Role::kGruHiddenBias);
+      const uint32_t g_hr = layout::gates_for_role(kind, layout::Role::kProjection);
       ferry_status s;
       if ((s = tensor(fc->w_ih(), li, "w_ih", 2, ih, g, &cell.w_ih)) != FERRY_OK) return s;
       if ((s = tensor(fc->w_hh(), li, "w_hh", 2, hh, g, &cell.w_hh)) != FERRY_OK) return s;
       if ((s = optional_tensor(fc->bias(), li, "bias", 1, b, g, &cell.bias)) != FERRY_OK) return s;
       if (layer->op == Op::kGru) {
-        if ((s = optional_tensor(fc->b_hn(), li, "b_hn", 1, bhn, 1, &cell.b_hn)) != FERRY_OK) return s;
+        if ((s = optional_tensor(fc->b_hn(), li, "b_hn", 1, bhn, g_bhn, &cell.b_hn)) != FERRY_OK) return s;
       } else if (fc->b_hn() != -1) {
         return fail(FERRY_INVALID_MODEL, "layers[%u] (%s).cells[%u].b_hn: set on a non-GRU layer", li, name, c);
       }
       if (p) {
-        if ((s = tensor(fc->w_hr(), li, "w_hr", 2, hr, 1, &cell.w_hr)) != FERRY_OK) return s;
+        if ((s = tensor(fc->w_hr(), li, "w_hr", 2, hr, g_hr, &cell.w_hr)) != FERRY_OK) return s;
       } else if (fc->w_hr() != -1) {
         return fail(FERRY_INVALID_MODEL, "layers[%u] (%s).cells[%u].w_hr: set without proj_size", li, name, c);
       }
-      const bool packed = cell.w_ih.panel8 && cell.w_hh.panel8 && (!cell.bias || cell.bias.panel8) &&
-                          (!cell.b_hn || cell.b_hn.panel8) && (!cell.w_hr || cell.w_hr.panel8);
+      const bool packed = cell.w_ih.panel8() && cell.w_hh.panel8() && (!cell.bias || cell.bias.panel8()) &&
+                          (!cell.b_hn || cell.b_hn.panel8()) && (!cell.w_hr || cell.w_hr.panel8());
       layer->panel8 = (c == 0 || layer->panel8) && packed;
+      layer->dtype = cell.w_ih.dtype;
     }
     out->num_cells += ncells;
     layer->state_floats = ncells * layer->h_out + (layer->op == Op::kLstm ? ncells * h : 0);
@@ -254,9 +275,12 @@ struct Loader {
           const uint32_t w[2] = {o, width};
           const uint32_t b[1] = {o};
           layer.out = o;
-          if ((s = tensor(l->weight(), i, "weight", 2, w, 1, &layer.weight)) != FERRY_OK) return s;
-          s = optional_tensor(l->bias(), i, "bias", 1, b, 1, &layer.bias);
-          layer.panel8 = layer.weight.panel8 && (!layer.bias || layer.bias.panel8);
+          const uint32_t g_w = layout::gates_for_role(layout::CellKind::kRnn, layout::Role::kLinearWeight);
+          const uint32_t g_b = layout::gates_for_role(layout::CellKind::kRnn, layout::Role::kLinearBias);
+          if ((s = tensor(l->weight(), i, "weight", 2, w, g_w, &layer.weight)) != FERRY_OK) return s;
+          s = optional_tensor(l->bias(), i, "bias", 1, b, g_b, &layer.bias);
+          layer.panel8 = layer.weight.panel8() && (!layer.bias || layer.bias.panel8());
+          layer.dtype = layer.weight.dtype;
           break;
         }
         case Op::kLast:
@@ -288,6 +312,10 @@ struct Loader {
   }
 };
 
+static_assert(static_cast<int>(fb::DType::F32) == static_cast<int>(DType::kF32), "enum");
+static_assert(static_cast<int>(fb::DType::F16) == static_cast<int>(DType::kF16), "enum");
+static_assert(static_cast<int>(fb::DType::I8) == static_cast<int>(DType::kI8), "enum");
+static_assert(static_cast<int>(fb::DType::MAX) + 1 == static_cast<int>(kDTypeCount), "enum");
 static_assert(static_cast<int>(fb::LayerKind::LSTM) == static_cast<int>(Op::kLstm), "enum");
 static_assert(static_cast<int>(fb::LayerKind::GRU) == static_cast<int>(Op::kGru), "enum");
 static_assert(static_cast<int>(fb::LayerKind::RNN_TANH) == static_cast<int>(Op::kRnnTanh), "enum");
@@ -298,26 +326,8 @@ static_assert(static_cast<int>(fb::LayerKind::Softmax) == static_cast<int>(Op::k
 static_assert(static_cast<int>(fb::LayerKind::Identity) == static_cast<int>(Op::kIdentity), "enum");
 
 }  // namespace
-}  // namespace ferry
 
-extern "C" size_t ferry_model_handle_size(void) { return sizeof(ferry_model); }
-
-extern "C" ferry_status ferry_model_load(const void* data, size_t size,
-                                         const ferry_model_options* options,
-                                         ferry_model** model_out) {
-  using namespace ferry;
-  clear_error();
-  if (!model_out) return fail(FERRY_INVALID_ARGUMENT, "model_out is NULL");
-  *model_out = nullptr;
-  if (!data) return fail(FERRY_INVALID_ARGUMENT, "data is NULL");
-  if (size < 8) return fail(FERRY_INVALID_MODEL, "file is %zu bytes, too small for a model", size);
-  if (size > FLATBUFFERS_MAX_BUFFER_SIZE) {
-    return fail(FERRY_INVALID_MODEL, "file is %zu bytes, above the format's 2 GiB limit", size);
-  }
-  if (reinterpret_cast<uintptr_t>(data) % alignof(float) != 0) {
-    return fail(FERRY_INVALID_ARGUMENT, "model bytes must be at least 4-byte aligned in memory");
-  }
-  const uint8_t* bytes = static_cast<const uint8_t*>(data);
+ferry_status verify_model_bytes(const uint8_t* bytes, size_t size) {
   if (!fb::ModelBufferHasIdentifier(bytes)) {
     return fail(FERRY_INVALID_MODEL, "file identifier is not \"%s\": not a ferry model file",
                 fb::ModelIdentifier());
@@ -326,52 +336,12 @@ extern "C" ferry_status ferry_model_load(const void* data, size_t size,
   if (!fb::VerifyModelBuffer(verifier)) {
     return fail(FERRY_INVALID_MODEL, "FlatBuffers verification failed: an offset, vector or table lies outside the file");
   }
-
-  void* memory = nullptr;
-  bool owned = false;
-  if (options && options->struct_size >= sizeof(ferry_model_options) && options->handle_memory) {
-    if (options->handle_memory_size < sizeof(ferry_model) ||
-        reinterpret_cast<uintptr_t>(options->handle_memory) % alignof(ferry_model) != 0) {
-      return fail(FERRY_INVALID_ARGUMENT, "handle_memory: needs %zu bytes, %zu-byte aligned",
-                  sizeof(ferry_model), alignof(ferry_model));
-    }
-    memory = options->handle_memory;
-  } else {
-    memory = malloc(sizeof(ferry_model));
-    if (!memory) return fail(FERRY_INVALID_ARGUMENT, "out of memory for the model handle");
-    owned = true;
-  }
-  ferry_model* model = new (memory) ferry_model();
-  model->bytes = bytes;
-  model->size = size;
-  model->owned_handle = owned;
-  Loader loader{bytes, fb::GetModel(bytes), model};
-  const ferry_status status = loader.build();
-  if (status != FERRY_OK) {
-    if (owned) free(memory);
-    return status;
-  }
-  *model_out = model;
   return FERRY_OK;
 }
 
-extern "C" void ferry_model_free(ferry_model* model) {
-  if (model && model->owned_handle) free(model);
+ferry_status build_model_view(ferry_model* model) {
+  Loader loader{model->bytes, fb::GetModel(model->bytes), model};
+  return loader.build();
 }
 
-extern "C" ferry_status ferry_model_get_info(const ferry_model* model, ferry_model_info* info) {
-  using namespace ferry;
-  if (!model || !info) return fail(FERRY_INVALID_ARGUMENT, "model or info_out is NULL");
-  if (info->struct_size < sizeof(ferry_model_info)) {
-    return fail(FERRY_INVALID_ARGUMENT, "info_out->struct_size must be sizeof(ferry_model_info)");
-  }
-  info->input_size = model->input_size;
-  info->output_size = model->output_size;
-  info->batch_first = model->batch_first;
-  info->output_is_sequence = model->output_is_sequence;
-  info->has_time_axis = model->has_time_axis;
-  info->streamable = model->streamable;
-  info->num_layers = model->num_layers;
-  info->state_floats = model->state_floats;
-  return FERRY_OK;
-}
+}  // namespace ferry

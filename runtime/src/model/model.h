@@ -1,12 +1,15 @@
 // Internal view of a verified model: plain structs with pointers into the
-// caller's model bytes. Built once by ferry_model_load (model.cpp) after the
-// FlatBuffers verifier and ferry's own range checks; kernels read only this.
+// caller's model bytes. Built once by ferry_model_load (model/loader.cpp)
+// after the FlatBuffers verifier and ferry's own range checks; backends and
+// kernels read only this. Every weight is a Weight (model/weight.h): data,
+// dtype, layout and scales travel together from the loader to the kernel.
 #pragma once
 
 #include <stddef.h>
 #include <stdint.h>
 
 #include "ferry/ferry.h"
+#include "model/weight.h"
 
 namespace ferry {
 
@@ -30,52 +33,20 @@ enum class Op : uint8_t {
 };
 
 inline bool op_is_recurrent(Op op) { return op <= Op::kRnnRelu; }
+inline bool op_has_weights(Op op) { return op_is_recurrent(op) || op == Op::kLinear; }
 
-// Hidden units per panel of the Panel8 layout (schema/ferry.fbs).
-constexpr uint32_t kPanel = 8;
-
-inline uint32_t panels_of(uint32_t units) { return (units + kPanel - 1) / kPanel; }
-
-// A weight matrix [gates*units rows, cols columns] (a vector: cols == 1) as
-// it lies in the model bytes, RowMajor or Panel8. `gates` is the G of the
-// Panel8 layout (4 LSTM / 3 GRU / 1 RNN for the cell's w_ih, w_hh and bias;
-// 1 for everything else); it also tells how rows are grouped in RowMajor.
-struct Matrix {
-  const float* data = nullptr;  // null: absent (bias=False, no b_hn, ...)
-  uint32_t gates = 1;
-  uint32_t units = 0;
-  uint32_t cols = 1;
-  bool panel8 = false;
-
-  explicit operator bool() const { return data != nullptr; }
-  uint32_t rows() const { return gates * units; }
-  // Floats of one Panel8 panel: 8 units x all gates x all columns.
-  uint64_t panel_floats() const { return uint64_t{kPanel} * gates * cols; }
-  // Row r (= g*units + u) whatever the layout: element k of the row is
-  // row(r, &stride)[k * stride]. How the reference kernels read weights.
-  const float* row(uint32_t r, uint64_t* stride) const {
-    if (!panel8) {
-      *stride = 1;
-      return data + uint64_t{r} * cols;
-    }
-    const uint32_t g = r / units, u = r % units;
-    *stride = uint64_t{gates} * kPanel;
-    return data + (uint64_t{u / kPanel} * cols * gates + g) * kPanel + u % kPanel;
-  }
-  // Element (row r, column k).
-  float at(uint32_t r, uint32_t k) const {
-    uint64_t stride = 0;
-    return row(r, &stride)[k * stride];
-  }
-};
+// The cell kind of a recurrent op (its gate count: layout::gate_count).
+inline layout::CellKind cell_kind(Op op) {
+  return op == Op::kLstm ? layout::CellKind::kLstm : op == Op::kGru ? layout::CellKind::kGru : layout::CellKind::kRnn;
+}
 
 // One (layer k, direction d) of a recurrent module.
 struct Cell {
-  Matrix w_ih;   // [G*H, in]
-  Matrix w_hh;   // [G*H, h_out]
-  Matrix bias;   // [G*H] folded, or absent (bias=False)
-  Matrix b_hn;   // GRU: [H], or absent
-  Matrix w_hr;   // LSTM projection [P, H], or absent
+  Weight w_ih;   // [G*H, in]
+  Weight w_hh;   // [G*H, h_out]
+  Weight bias;   // [G*H] folded, or absent (bias=False)
+  Weight b_hn;   // GRU: [H], or absent
+  Weight w_hr;   // LSTM projection [P, H], or absent
   uint32_t in = 0;  // input features of this layer
 };
 
@@ -94,11 +65,14 @@ struct Layer {
   uint32_t state_floats = 0;
   uint32_t state_offset = 0;  // within the per-sample state of the model
   // Linear.
-  Matrix weight;  // [out, in]
-  Matrix bias;    // [out] or absent
+  Weight weight;  // [out, in]
+  Weight bias;    // [out] or absent
   // Every weight of the layer is Panel8: the SIMD and XNNPACK backends can
   // run it (a format 1.0 file is RowMajor and runs on the reference only).
   bool panel8 = false;
+  // The element type of the layer's weights (one per layer; biases and
+  // scales are F32 whatever it is). F32 for layers without weights.
+  DType dtype = DType::kF32;
 };
 
 }  // namespace ferry

@@ -9,8 +9,8 @@
 #include <string.h>
 
 #include "ferry/ferry_generated.h"
-#include "model.h"
-#include "status.h"
+#include "model/model.h"
+#include "common/status.h"
 
 namespace ferry {
 namespace {

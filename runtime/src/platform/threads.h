@@ -1,6 +1,6 @@
 // Optional parallelism over a caller-owned pthreadpool. Work is only ever
 // split over outputs (rows, units, output columns), never inside a sum, so a
-// result does not depend on the number of threads (simd.h, numeric
+// result does not depend on the number of threads (kernels/kernel_set.h, numeric
 // contract). Without pthreadpool in the build, or without a pool, or for work
 // too small to be worth waking threads, everything runs on the caller.
 #pragma once

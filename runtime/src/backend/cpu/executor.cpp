@@ -1,0 +1,93 @@
+// The chain executor, shared by ferry_run and ferry_step (a step is a run of
+// one time step: [B,1,I] and [1,B,I] are the same bytes). The input is
+// brought to time-major [T][B][F] in the first activation buffer; each layer
+// reads one buffer and writes the other (or works in place); the result goes
+// back to the model's layout, with zeros past each sample's length.
+#include <string.h>
+
+#include "backend/cpu/cpu_backend.h"
+
+namespace ferry {
+namespace cpu {
+namespace {
+
+void swap(float** a, float** b) {
+  float* t = *a;
+  *a = *b;
+  *b = t;
+}
+
+}  // namespace
+
+ferry_status execute(ferry_session* s, const RunCall& call) {
+  const ferry_model* m = s->model;
+  CpuSession* cpu = cpu_of(s);
+  const size_t B = call.batch, T = call.seq;
+  const int32_t* lengths = call.lengths;
+
+  // Input to time-major [T][B][I].
+  const size_t I = m->input_size;
+  float* cur = cpu->act[0];
+  float* other = cpu->act[1];
+  if (m->batch_first && T > 1) {
+    for (size_t b = 0; b < B; ++b)
+      for (size_t t = 0; t < T; ++t) memcpy(cur + (t * B + b) * I, call.input + (b * T + t) * I, I * sizeof(float));
+  } else {
+    memcpy(cur, call.input, T * B * I * sizeof(float));
+  }
+
+  size_t steps = T;  // time steps in `cur`; 1 after `last`
+  for (uint32_t li = 0; li < m->num_layers; ++li) {
+    const Layer& layer = m->layers[li];
+    const kernels::KernelSet* k = cpu->kernels.layer(li);
+    const size_t rows = steps * B;
+    switch (layer.op) {
+      case Op::kLstm: case Op::kGru: case Op::kRnnTanh: case Op::kRnnRelu: {
+        float* result = run_recurrent(s, li, cur, other, steps, B, lengths);
+        other = result == other ? cur : other;
+        cur = result;
+        break;
+      }
+      case Op::kLast:
+        for (size_t b = 0; b < B; ++b) {
+          const size_t t = lengths ? static_cast<size_t>(lengths[b]) - 1 : steps - 1;
+          memcpy(other + b * layer.in, cur + (t * B + b) * layer.in, layer.in * sizeof(float));
+        }
+        steps = 1;
+        lengths = nullptr;
+        swap(&cur, &other);
+        break;
+      case Op::kLinear: {
+        const ferry_status st = linear(s, li, cur, other, rows);
+        if (st != FERRY_OK) return st;
+        swap(&cur, &other);
+        break;
+      }
+      case Op::kRelu: k->relu(cur, rows * layer.in); break;
+      case Op::kTanh: k->tanh(cur, rows * layer.in); break;
+      case Op::kSigmoid: k->sigmoid(cur, rows * layer.in); break;
+      case Op::kSoftmax:
+        for (size_t r = 0; r < rows; ++r) k->softmax(cur + r * layer.in, layer.in);
+        break;
+      case Op::kIdentity: break;
+    }
+  }
+
+  // Zero every output position past a sample's length (sequence output).
+  const size_t F = m->output_size;
+  if (lengths && m->output_is_sequence) {
+    for (size_t b = 0; b < B; ++b)
+      for (size_t t = static_cast<size_t>(lengths[b]); t < steps; ++t) memset(cur + (t * B + b) * F, 0, F * sizeof(float));
+  }
+  // Time-major [T][B][F] back to the model's layout.
+  if (m->output_is_sequence && m->batch_first && steps > 1) {
+    for (size_t b = 0; b < B; ++b)
+      for (size_t t = 0; t < steps; ++t) memcpy(call.output + (b * steps + t) * F, cur + (t * B + b) * F, F * sizeof(float));
+  } else {
+    memcpy(call.output, cur, steps * B * F * sizeof(float));
+  }
+  return FERRY_OK;
+}
+
+}  // namespace cpu
+}  // namespace ferry
