@@ -17,25 +17,50 @@ namespace ferry {
 
 // Element type of a stored tensor. The values are the schema's (fb::DType);
 // the loader accepts the ones some kernel set of this runtime reads.
+// Which layout each quantized type comes in, and what its scales are:
+// shared/weight_layout.h; the kernels that read them: kernels/kernel_set.h.
 enum class DType : uint8_t {
   kF32 = 0,
-  kF16 = 1,
-  kI8 = 2,
+  kF16 = 1,  // IEEE half, Panel8 (or RowMajor); computed in fp32
+  kI8 = 2,   // symmetric per-row int8, Panel8x4, fp32 row scales in `scales`
+  kI4 = 3,   // symmetric int4 in groups of 32 k, Panel8x8q4, f16 scales in `group_scales`
 };
+// The dtypes of the model schema (schema/ferry.fbs, fb::DType; the loader
+// static_asserts the two agree). kI4 is a kernel dtype the schema does not
+// have yet: raise this to 4 together with the schema's I4.
 constexpr uint32_t kDTypeCount = 3;
 
-// How the elements lie. Values are the schema's (fb::TensorLayout).
+// How the elements lie. Values are the schema's (fb::TensorLayout); the
+// quantized ones are for the schema to adopt with the same values.
 enum class WeightLayout : uint8_t {
-  kRowMajor = 0,  // C order over the logical shape (format 1.0 files)
-  kPanel8 = 1,    // shared/weight_layout.h
+  kRowMajor = 0,    // C order over the logical shape (format 1.0 files)
+  kPanel8 = 1,      // shared/weight_layout.h (F32, F16)
+  kPanel8x4 = 2,    // shared/weight_layout.h: int8, 4 k per lane
+  kPanel8x8q4 = 3,  // shared/weight_layout.h: int4 nibbles, 8 k per 32-byte block
 };
 
 // A matrix [gates*units rows, cols columns] (a vector: cols == 1). `gates`
 // is the G of the tensor's role (layout::gates_for_role); it groups the rows
 // in RowMajor too.
+//
+// Quantized matrices carry their scales here (biases, b_hn and every scale
+// stay fp32 or f16 whatever the weights are):
+//   kI8  `scales`: G*units fp32 row scales as a Panel8 vector (panel order,
+//        layout::row_scale_elements floats; padding rows 1.0).
+//   kI4  `group_scales`: f16 bit patterns, one per (row, group of 32 k), at
+//        layout::group_scale_index (layout::group_scale_elements halves).
+//   kF16, kF32: neither.
+// Both must be 4-byte aligned (the loader places them at 64 bytes). They
+// share one pointer (a union, the member of the weight's dtype being the
+// one set): a second pointer would grow every Weight, hence the fixed-size
+// model handle by 768 pointers (3 KiB on a 32-bit core, past the example
+// firmware's handle budget).
 struct Weight {
-  const void* data = nullptr;     // null: absent (bias=False, no b_hn, ...)
-  const float* scales = nullptr;  // quantized types: per-row scales; null for floats
+  const void* data = nullptr;  // null: absent (bias=False, no b_hn, ...)
+  union {
+    const float* scales = nullptr;  // kI8: per-row scales (panel order); null for the float types
+    const uint16_t* group_scales;   // kI4: f16 scale per (row, group of 32 k)
+  };
   uint32_t units = 0;
   uint32_t cols = 1;
   uint8_t gates = 1;
@@ -48,6 +73,24 @@ struct Weight {
   // The elements of an F32 tensor (the kernel set chosen for it guarantees
   // the dtype).
   const float* f32() const { return static_cast<const float*>(data); }
+  // The elements of an F16 tensor (binary16 bit patterns).
+  const uint16_t* f16() const { return static_cast<const uint16_t*>(data); }
+  // The bytes of an I8 (Panel8x4) or I4 (Panel8x8q4) tensor.
+  const int8_t* i8() const { return static_cast<const int8_t*>(data); }
+  const uint8_t* u8() const { return static_cast<const uint8_t*>(data); }
+  // Bytes the tensor's elements take in its dtype and layout (padding
+  // included; scales not included).
+  // The int types exist only in their own layouts (Panel8x4, Panel8x8q4).
+  uint64_t bytes() const {
+    const uint64_t element = dtype == DType::kF16 ? 2 : dtype == DType::kF32 ? 4 : 1;
+    switch (layout) {
+      case WeightLayout::kPanel8x4: return layout::panel8x4_bytes(gates, units, cols);
+      case WeightLayout::kPanel8x8q4: return layout::panel8x8q4_bytes(gates, units, cols);
+      case WeightLayout::kPanel8: return layout::panel8_elements(gates, units, cols) * element;
+      case WeightLayout::kRowMajor: break;
+    }
+    return uint64_t{rows()} * cols * element;
+  }
 
   // Row r (= g*units + u) of an F32 tensor, whatever the layout: element k of
   // the row is row_f32(r, &stride)[k * stride]. How the reference kernels
