@@ -8,6 +8,7 @@
 //   f32_avx2       AVX2 + FMA (kernels/simd/avx2.cpp)
 //   f32_avx512     AVX-512F: the f32_avx2 set with 64-byte GEMM and LSTM step
 //   f32_neon       NEON, AArch64 and ARMv7
+// and the quantized sets (f16, i8, i4) below.
 // The SIMD sets are one source (kernels/simd/kernels.inl, math.inl) compiled
 // once per ISA, each into its own table from one definition (table.inl).
 // A new dtype is a new set per ISA plus a reference set, and table entries
@@ -37,6 +38,68 @@
 // matrix is gate q % G of panel q / G; its 8 outputs land at columns
 // [8q, 8q + 8) of a panel-order row, the order every gate buffer uses. A
 // Panel8 vector of G*H (a cell's folded bias) is itself a panel-order row.
+//
+// ---------------------------------------------------- quantized sets --
+//
+// Weights in f16, int8 or int4 (model/weight.h, shared/weight_layout.h);
+// biases, b_hn, gates, cell state, nonlinearities stay fp32. Sets:
+//   f16_reference, i8_reference, i4_reference   portable scalar C++
+//       (kernels/quant/reference_quant.cpp), the oracles; built unless
+//       FERRY_QUANT_REFERENCE=OFF (a firmware that runs f32 models only).
+//   f16_avx2 (AVX2 + FMA + F16C), i8_avx2, i4_avx2 (AVX2 + FMA),
+//   i8_avxvnni, i4_avxvnni (+ AVX-VNNI, VEX vpdpbusd),
+//   i8_avx512vnni, i4_avx512vnni (+ AVX-512 F/BW/VL/VNNI),
+//   f16_neon, i8_neon, i4_neon (NEON; ARMv7 also needs VFPv4),
+//   i8_neondot, i4_neondot (+ the dot-product extension, sdot).
+// Every one is kPanels: one integration path in the recurrent loop for all
+// of them (the references included, so that they need no second scratch
+// contract), and ferry_step == ferry_run bit for bit by the argument above.
+// Layouts read: f16 sets Panel8 (the reference also RowMajor), i8 sets
+// Panel8x4 only, i4 sets Panel8x8q4 only. Biases are fp32 Panel8 vectors as
+// for f32. update[], tanh, sigmoid, relu and softmax work on fp32 gate rows
+// and are the f32 set's of the same ISA (the reference's: libm).
+//
+// Activations (i8, i4). Every A row of a product -- x_t of a chunk, h_{t-1},
+// a projection's or a Linear's input -- is quantized per row by the set's
+// quantize_rows before the product (the caller does it once per row and
+// step, before splitting the product between threads):
+//     m = max_k |x[k]|,  s = m / 127,  q[k] = round_to_nearest_even(x[k] * (127 / m))
+// (two divisions per row, none per element; |q| <= 127 always). Special rows:
+//     only zeros and subnormals (m < 2^-126):  s = 0, q = 0
+//     any NaN or +-Inf:                        s = NaN, q = 0, so every output
+//                                              that reads the row is NaN
+// (m is taken on the bit patterns, so NaN is seen whatever the ISA's max
+// does with it). A quantized row is activation_bytes(K) bytes:
+//     [0, Kp)          q, then zeros up to Kp = round_up(K, 4) (i8) or
+//                      round_up(K, 32) (i4)
+//     i4: [Kp, Kp + 4*Kp/32)  int32 c[g] = 8 * sum of q over group g (the
+//                      correction for nibbles stored as q + 8, which x86's
+//                      unsigned-times-signed dot products need)
+// Rows must start 4-byte aligned (64 recommended) and be >= activation_bytes
+// apart. Every set of a dtype writes the same bytes and scales, so a row
+// quantized by one is valid for all.
+//
+// Products (the numeric contract of the quantized sets). Integer sums are
+// exact (int32: |dot| <= K * 127^2); the fp32 steps are fixed, so every set
+// of a dtype -- reference, AVX2, VNNI, NEON with or without sdot -- gives
+// the same bits for every output of a product:
+//   i8:  y = fma(w_scale[row] * a_scale, float(dot), init),
+//        dot = sum_k qw[row][k] * qa[k]
+//   i4:  acc = 0;  for each group g ascending:
+//            acc = fma(float(gscale[row][g]), float(dot_g), acc)
+//        y = fma(acc, a_scale, init)
+//   f16: the f32 contract above on the exactly converted weights:
+//        acc = init;  for k ascending: acc = fma(a[k], float(w[row][k]), acc)
+// where float() of an int32 rounds to nearest even and fma rounds once;
+// init is the bias (or 0, or c_init), and the recurrent product continues
+// the input one: gates = y(W_hh, h, init = y(W_ih, x, bias)); GRU's n slot
+// starts its recurrent part from b_hn. A fused step therefore gives exactly
+// what gemm + update give, and splitting rows, vectors or panels between
+// threads changes no bit. The nonlinearities are the ISA's (simd/math.inl)
+// or libm's (references), so steps and updates are bit-identical among the
+// SIMD sets of one architecture and within float tolerance of the
+// reference. Subnormal activations are flushed or not as the FP
+// environment says (the runtime flushes them during runs).
 #pragma once
 
 #include <stddef.h>
@@ -58,6 +121,10 @@ struct GemmArgs {
   size_t ldc;            // floats between C rows
   uint32_t n_store;      // columns of a C row to write: G*8*panels for gate buffers,
                          // the true width N for compact outputs (Linear, projection)
+  // i8 and i4 sets (`a` unused): A rows quantized by the set's quantize_rows.
+  const int8_t* qa = nullptr;        // row m at qa + m * ldqa (activation_bytes(K) bytes)
+  size_t ldqa = 0;                   // bytes between quantized rows, a multiple of 4
+  const float* a_scales = nullptr;   // a_scales[m]: the scale of row m
 };
 
 // kPanels: one time step of one sample, fused: gates of the panels
@@ -75,6 +142,12 @@ struct StepArgs {
   float* h_new;          // [H] hidden after the step (before an LSTM projection)
   uint32_t hidden;       // H
   int relu;              // RNN: 1 relu, 0 tanh
+  // i8 and i4 sets (x and h unused): the quantized rows and their scales
+  // (quantize_rows). qx only when w_ih is used (no `pre`).
+  const int8_t* qx = nullptr;
+  float x_scale = 0.0f;
+  const int8_t* qh = nullptr;
+  float h_scale = 0.0f;
 };
 
 // kPanels: the state update of one sample from gate pre-activations
@@ -131,6 +204,17 @@ struct KernelSet {
 
   // kPerSample.
   void (*sample_step[kCellKinds])(const SampleStepArgs& args);
+
+  // i8 and i4 sets; null in the float sets (f32, f16), whose products read
+  // float activations. Bytes of one quantized row of `k` values (see
+  // "Activations" above): what the arena reserves per row, plus one float
+  // for its scale.
+  uint32_t (*activation_bytes)(uint32_t k) = nullptr;
+  // Quantizes rows [0, rows) of x (row r at x + r * ldx, k floats) into
+  // q + r * ldq (activation_bytes(k) bytes, ldq a multiple of 4) and
+  // scales[r].
+  void (*quantize_rows)(const float* x, size_t rows, size_t ldx, uint32_t k, int8_t* q, size_t ldq,
+                        float* scales) = nullptr;
 };
 
 }  // namespace kernels

@@ -11,12 +11,16 @@
 namespace ferry {
 namespace kernels {
 
-// The reference set for `dtype` (null if none: the dtype cannot run).
+// The reference set for `dtype` (null if none: the dtype cannot run). The
+// quantized ones (f16, i8, i4) are null in a build with
+// FERRY_QUANT_REFERENCE=OFF.
 const KernelSet* reference_kernel_set(DType dtype);
 
 // The fastest SIMD set for `dtype` that this CPU can run, or null (no SIMD
 // set built for this architecture, or the CPU lacks the ISA: an x86-64
-// without AVX2+FMA). Cheap: the CPU is probed once per process by libgcc.
+// without AVX2+FMA, or without F16C for the quantized sets; an ARMv7 without
+// VFPv4 for the quantized sets). Cheap: the CPU is probed once per process
+// by libgcc or read from the auxiliary vector.
 const KernelSet* best_simd_kernel_set(DType dtype);
 
 // Every SIMD set for `dtype` this build has and this CPU can run, slowest

@@ -1,0 +1,64 @@
+// The low-precision kernel sets of the ISA whose namespace includes this
+// file (after lowp_kernels.inl): one definition for every ISA. The includer
+// defines
+//   FERRY_LOWP_ISA         the ISA's suffix of the set names ("avx2", ...)
+//   FERRY_LOWP_HAS_F16     whether it has an f16 set
+//   FERRY_LOWP_F32         the namespace of the same ISA's f32 set, whose
+//                          update and element-wise entries these sets share
+//                          (gates and state are fp32 in every dtype)
+// and may set the panels per fused step (FERRY_LOWP_{I8,I4,F16}_{LSTM,GRU,RNN}).
+// Softmax is the reference's, as in every f32 set.
+
+#ifndef FERRY_LOWP_F16_LSTM
+#define FERRY_LOWP_F16_LSTM 2
+#endif
+#ifndef FERRY_LOWP_F16_GRU
+#define FERRY_LOWP_F16_GRU 3
+#endif
+#ifndef FERRY_LOWP_F16_RNN
+#define FERRY_LOWP_F16_RNN 8
+#endif
+#ifndef FERRY_LOWP_I8_LSTM
+#define FERRY_LOWP_I8_LSTM 2
+#endif
+#ifndef FERRY_LOWP_I8_GRU
+#define FERRY_LOWP_I8_GRU 3
+#endif
+#ifndef FERRY_LOWP_I8_RNN
+#define FERRY_LOWP_I8_RNN 8
+#endif
+#ifndef FERRY_LOWP_I4_LSTM
+#define FERRY_LOWP_I4_LSTM 1
+#endif
+#ifndef FERRY_LOWP_I4_GRU
+#define FERRY_LOWP_I4_GRU 1
+#endif
+#ifndef FERRY_LOWP_I4_RNN
+#define FERRY_LOWP_I4_RNN 4
+#endif
+
+#define FERRY_LOWP_SET(DTYPE_NAME, DTYPE, PRODUCT, GEMM, LSTM_NP, GRU_NP, RNN_NP, ACT_BYTES, QUANTIZE)             \
+  {                                                                                                           \
+    DTYPE_NAME "_" FERRY_LOWP_ISA, DTYPE, StepStrategy::kPanels, {LSTM_NP, GRU_NP, RNN_NP}, GEMM,              \
+        FERRY_LOWP_F32::tanh_inplace, FERRY_LOWP_F32::sigmoid_inplace, FERRY_LOWP_F32::relu_inplace,           \
+        ref::f32_softmax,                                                                                     \
+        {lstm_steps<PRODUCT, LSTM_NP>, gru_steps<PRODUCT, GRU_NP>, rnn_steps<PRODUCT, RNN_NP>},                \
+        {FERRY_LOWP_F32::lstm_update, FERRY_LOWP_F32::gru_update, FERRY_LOWP_F32::rnn_update},                 \
+        {nullptr, nullptr, nullptr}, ACT_BYTES, QUANTIZE                                                       \
+  }
+
+#if FERRY_LOWP_HAS_F16
+extern const KernelSet f16_kernel_set;
+const KernelSet f16_kernel_set = FERRY_LOWP_SET("f16", DType::kF16, F16Product, f16_gemm, FERRY_LOWP_F16_LSTM,
+                                                FERRY_LOWP_F16_GRU, FERRY_LOWP_F16_RNN, nullptr, nullptr);
+#endif
+extern const KernelSet i8_kernel_set;
+const KernelSet i8_kernel_set = FERRY_LOWP_SET("i8", DType::kI8, I8Product, i8_gemm, FERRY_LOWP_I8_LSTM,
+                                               FERRY_LOWP_I8_GRU, FERRY_LOWP_I8_RNN, i8_activation_bytes,
+                                               i8_quantize_rows);
+extern const KernelSet i4_kernel_set;
+const KernelSet i4_kernel_set = FERRY_LOWP_SET("i4", DType::kI4, I4Product, i4_gemm, FERRY_LOWP_I4_LSTM,
+                                               FERRY_LOWP_I4_GRU, FERRY_LOWP_I4_RNN, i4_activation_bytes,
+                                               i4_quantize_rows);
+
+#undef FERRY_LOWP_SET
