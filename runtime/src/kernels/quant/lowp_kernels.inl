@@ -14,11 +14,11 @@
 //   Vec vload_h(const uint16_t*)                 8 halves -> 8 floats, exact
 //   QW qw_load(const int8_t*)                    one Panel8x4 vector of a quad
 //   QX qx_load(const int8_t*)                    a quad of activations, every lane
-//   QAcc qacc_zero(); qacc_dot(QAcc&, QW, QX)    acc[j] += sum_i w[4j+i] x[i]
+//   QAcc qacc_zero(); QAcc qacc_dot(QAcc, QW, QX)  acc[j] + sum_i w[4j+i] x[i]
 //   Vec qacc_float(QAcc)                         float(acc[j])
 //   Q4W q4w_load(const uint8_t*)                 one int4 block, nibbles unpacked
 //   Q4X q4x_load(const int8_t*)                  a quad of activations, every lane
-//   GAcc gacc_zero(); gacc_block(GAcc&, Q4W, Q4X, Q4X)   a group's nibble sums
+//   GAcc gacc_zero(); GAcc gacc_block(GAcc, Q4W, Q4X, Q4X)  a group's nibble sums
 //   Vec gacc_float(GAcc, int32_t c)              float(sum - c)
 //   uint32_t qmax_abs_bits(const float*, k); qround(const float*, k, inv, int8_t*)
 // FERRY_LOWP_HAS_F16 (0/1): whether this ISA has the f16 kernels.
@@ -209,17 +209,26 @@ FERRY_VEC_INLINE void i8_product(Vec (&y)[NP][G], const Weight& w, const Act& a,
 #pragma GCC unroll 8
     for (int i = 0; i < NP; ++i) {
 #pragma GCC unroll 4
-      for (int g = 0; g < G; ++g) qacc_dot(acc[i][g], qw_load(wi[i] + g * 32), x);
+      for (int g = 0; g < G; ++g) acc[i][g] = qacc_dot(acc[i][g], qw_load(wi[i] + g * 32), x);
       wi[i] += G * 32;
     }
   }
+  // The sums leave through memory: an optimisation barrier without which
+  // GCC 12's register allocator keeps three of the eight LSTM accumulators
+  // on the stack inside the loop above (a store and a load per quad).
+  QAcc sums[NP][G];
+#pragma GCC unroll 8
+  for (int i = 0; i < NP; ++i)
+#pragma GCC unroll 4
+    for (int g = 0; g < G; ++g) sums[i][g] = acc[i][g];
+  __asm__ volatile("" : : "r"(sums) : "memory");
   const Vec s = vset1(a.scale);
 #pragma GCC unroll 8
   for (int i = 0; i < NP; ++i)
 #pragma GCC unroll 4
     for (int g = 0; g < G; ++g) {
       const Vec ws = vmul(vload(w.scales + ((size_t{p} + i) * G + g) * 8), s);
-      y[i][g] = qfma(ws, qacc_float(acc[i][g]), y[i][g]);
+      y[i][g] = qfma(ws, qacc_float(sums[i][g]), y[i][g]);
     }
 }
 
@@ -248,14 +257,16 @@ FERRY_VEC_INLINE void i4_product(Vec (&y)[NP][G], const Weight& w, const Act& a,
     for (int i = 0; i < NP; ++i)
 #pragma GCC unroll 4
       for (int g = 0; g < G; ++g) ga[i][g] = gacc_zero();
-#pragma GCC unroll 4
+    // Not unrolled: GCC would reassociate the four blocks' integer sums
+    // into a tree of live products and spill them.
+#pragma GCC unroll 1
     for (int b = 0; b < 4; ++b) {
       const Q4X x0 = q4x_load(xq), x1 = q4x_load(xq + 4);
       xq += 8;
 #pragma GCC unroll 8
       for (int i = 0; i < NP; ++i) {
 #pragma GCC unroll 4
-        for (int g = 0; g < G; ++g) gacc_block(ga[i][g], q4w_load(wi[i] + g * 32), x0, x1);
+        for (int g = 0; g < G; ++g) ga[i][g] = gacc_block(ga[i][g], q4w_load(wi[i] + g * 32), x0, x1);
         wi[i] += G * 32;
       }
     }
@@ -384,7 +395,7 @@ struct I8Tile {
       for (int m = 0; m < MR; ++m) {
         const QX x = qx_load(a[m] + 4 * c);
 #pragma GCC unroll 8
-        for (int v = 0; v < NV; ++v) qacc_dot(acc[m][v], wq[v], x);
+        for (int v = 0; v < NV; ++v) acc[m][v] = qacc_dot(acc[m][v], wq[v], x);
       }
     }
 #pragma GCC unroll 8
@@ -439,7 +450,8 @@ struct I4Tile {
       for (int m = 0; m < MR; ++m)
 #pragma GCC unroll 8
         for (int v = 0; v < NV; ++v) ga[m][v] = gacc_zero();
-      for (uint32_t b = 0; b < 4; ++b) {
+#pragma GCC unroll 1
+      for (uint32_t b = 0; b < 4; ++b) {  // not unrolled: see i4_product
         Q4W wb[NV];
 #pragma GCC unroll 8
         for (int v = 0; v < NV; ++v) {
@@ -451,7 +463,7 @@ struct I4Tile {
         for (int m = 0; m < MR; ++m) {
           const Q4X x0 = q4x_load(a[m] + k), x1 = q4x_load(a[m] + k + 4);
 #pragma GCC unroll 8
-          for (int v = 0; v < NV; ++v) gacc_block(ga[m][v], wb[v], x0, x1);
+          for (int v = 0; v < NV; ++v) ga[m][v] = gacc_block(ga[m][v], wb[v], x0, x1);
         }
       }
 #pragma GCC unroll 8

@@ -89,9 +89,8 @@ struct QAcc {
 };
 FERRY_VEC_INLINE QAcc qacc_zero() { return {vdupq_n_s32(0), vdupq_n_s32(0)}; }
 // acc[j] += sum_i w[4j + i] * x[i]: sdot, 4 lanes per instruction.
-FERRY_VEC_INLINE void qacc_dot(QAcc& acc, QW w, QX x) {
-  acc.lo = vdotq_s32(acc.lo, w.lo, x.v);
-  acc.hi = vdotq_s32(acc.hi, w.hi, x.v);
+FERRY_VEC_INLINE QAcc qacc_dot(QAcc acc, QW w, QX x) {
+  return {vdotq_s32(acc.lo, w.lo, x.v), vdotq_s32(acc.hi, w.hi, x.v)};
 }
 FERRY_VEC_INLINE Vec qacc_float(QAcc acc) { return {vcvtq_f32_s32(acc.lo), vcvtq_f32_s32(acc.hi)}; }
 #else
@@ -102,12 +101,10 @@ struct QAcc {
   int32x4_t p[4];
 };
 FERRY_VEC_INLINE QAcc qacc_zero() { return {{vdupq_n_s32(0), vdupq_n_s32(0), vdupq_n_s32(0), vdupq_n_s32(0)}}; }
-FERRY_VEC_INLINE void qacc_dot(QAcc& acc, QW w, QX x) {
+FERRY_VEC_INLINE QAcc qacc_dot(QAcc acc, QW w, QX x) {
   const int8x8_t x8 = vget_low_s8(x.v);  // the quad twice: two units' worth
-  acc.p[0] = vpadalq_s16(acc.p[0], vmull_s8(vget_low_s8(w.lo), x8));
-  acc.p[1] = vpadalq_s16(acc.p[1], vmull_s8(vget_high_s8(w.lo), x8));
-  acc.p[2] = vpadalq_s16(acc.p[2], vmull_s8(vget_low_s8(w.hi), x8));
-  acc.p[3] = vpadalq_s16(acc.p[3], vmull_s8(vget_high_s8(w.hi), x8));
+  return {{vpadalq_s16(acc.p[0], vmull_s8(vget_low_s8(w.lo), x8)), vpadalq_s16(acc.p[1], vmull_s8(vget_high_s8(w.lo), x8)),
+           vpadalq_s16(acc.p[2], vmull_s8(vget_low_s8(w.hi), x8)), vpadalq_s16(acc.p[3], vmull_s8(vget_high_s8(w.hi), x8))}};
 }
 FERRY_VEC_INLINE Vec qacc_float(QAcc acc) {
   return {vcvtq_f32_s32(pair_sums(acc.p[0], acc.p[1])), vcvtq_f32_s32(pair_sums(acc.p[2], acc.p[3]))};
@@ -138,11 +135,8 @@ struct GAcc {
   int32x4_t lo, hi;
 };
 FERRY_VEC_INLINE GAcc gacc_zero() { return {vdupq_n_s32(0), vdupq_n_s32(0)}; }
-FERRY_VEC_INLINE void gacc_block(GAcc& acc, Q4W w, Q4X x0, Q4X x1) {
-  acc.lo = vdotq_s32(acc.lo, w.lo0, x0.v);
-  acc.hi = vdotq_s32(acc.hi, w.lo1, x0.v);
-  acc.lo = vdotq_s32(acc.lo, w.hi0, x1.v);
-  acc.hi = vdotq_s32(acc.hi, w.hi1, x1.v);
+FERRY_VEC_INLINE GAcc gacc_block(GAcc acc, Q4W w, Q4X x0, Q4X x1) {
+  return {vdotq_s32(vdotq_s32(acc.lo, w.lo0, x0.v), w.hi0, x1.v), vdotq_s32(vdotq_s32(acc.hi, w.lo1, x0.v), w.hi1, x1.v)};
 }
 FERRY_VEC_INLINE Vec gacc_float(GAcc acc, int32_t c) {
   const int32x4_t vc = vdupq_n_s32(c);
@@ -155,12 +149,12 @@ struct GAcc {
   int16x8_t s[4];
 };
 FERRY_VEC_INLINE GAcc gacc_zero() { return {{vdupq_n_s16(0), vdupq_n_s16(0), vdupq_n_s16(0), vdupq_n_s16(0)}}; }
-FERRY_VEC_INLINE void gacc_block(GAcc& acc, Q4W w, Q4X x0, Q4X x1) {
+FERRY_VEC_INLINE GAcc gacc_block(GAcc acc, Q4W w, Q4X x0, Q4X x1) {
   const int8x8_t a = vget_low_s8(x0.v), b = vget_low_s8(x1.v);
-  acc.s[0] = vmlal_s8(vmlal_s8(acc.s[0], vget_low_s8(w.lo0), a), vget_low_s8(w.hi0), b);
-  acc.s[1] = vmlal_s8(vmlal_s8(acc.s[1], vget_high_s8(w.lo0), a), vget_high_s8(w.hi0), b);
-  acc.s[2] = vmlal_s8(vmlal_s8(acc.s[2], vget_low_s8(w.lo1), a), vget_low_s8(w.hi1), b);
-  acc.s[3] = vmlal_s8(vmlal_s8(acc.s[3], vget_high_s8(w.lo1), a), vget_high_s8(w.hi1), b);
+  return {{vmlal_s8(vmlal_s8(acc.s[0], vget_low_s8(w.lo0), a), vget_low_s8(w.hi0), b),
+           vmlal_s8(vmlal_s8(acc.s[1], vget_high_s8(w.lo0), a), vget_high_s8(w.hi0), b),
+           vmlal_s8(vmlal_s8(acc.s[2], vget_low_s8(w.lo1), a), vget_low_s8(w.hi1), b),
+           vmlal_s8(vmlal_s8(acc.s[3], vget_high_s8(w.lo1), a), vget_high_s8(w.hi1), b)}};
 }
 FERRY_VEC_INLINE Vec gacc_float(GAcc acc, int32_t c) {
   const int32x4_t vc = vdupq_n_s32(c);

@@ -48,30 +48,30 @@ FERRY_VEC_INLINE QX qx_load(const int8_t* p) {
   return {s, _mm256_abs_epi8(s)};
 }
 
-// int32 dot products of the 8 lanes.
-struct QAcc {
-  __m256i v;
-};
-FERRY_VEC_INLINE QAcc qacc_zero() { return {_mm256_setzero_si256()}; }
+// int32 dot products of the 8 lanes. A plain vector, not a struct: GCC
+// keeps arrays of loop-carried integer-vector structs partly in memory
+// (a store per iteration); the plain type stays in registers.
+typedef __m256i QAcc;
+FERRY_VEC_INLINE QAcc qacc_zero() { return _mm256_setzero_si256(); }
 
 // acc[j] += sum_i w[4j + i] * x[i]. The multipliers take unsigned x signed
 // bytes, so the sign of x moves onto w (vpsignb: w, -w or 0): |x| * (+-w).
 // vpmaddubsw's pair sums are at most 2 * 127 * 127 = 32258 < 2^15 (no
 // saturation, as neither side is ever -128); vpmaddwd by 1 widens them.
-FERRY_VEC_INLINE void qacc_dot(QAcc& acc, QW w, QX x) {
+FERRY_VEC_INLINE QAcc qacc_dot(QAcc acc, QW w, QX x) {
   const __m256i ws = _mm256_sign_epi8(w.v, x.s);
 #if FERRY_QDOT == 0
   const __m256i pairs = _mm256_maddubs_epi16(x.a, ws);
-  acc.v = _mm256_add_epi32(acc.v, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
 #elif FERRY_QDOT == 1
-  acc.v = _mm256_dpbusd_avx_epi32(acc.v, x.a, ws);
+  return _mm256_dpbusd_avx_epi32(acc, x.a, ws);
 #else
-  acc.v = _mm256_dpbusd_epi32(acc.v, x.a, ws);
+  return _mm256_dpbusd_epi32(acc, x.a, ws);
 #endif
 }
 
 // float(dot), rounded to nearest even (vcvtdq2ps in the default mode).
-FERRY_VEC_INLINE Vec qacc_float(QAcc acc) { return {_mm256_cvtepi32_ps(acc.v)}; }
+FERRY_VEC_INLINE Vec qacc_float(QAcc acc) { return {_mm256_cvtepi32_ps(acc)}; }
 
 // ------------------------------------------------------------- int4 --
 
@@ -96,20 +96,15 @@ FERRY_VEC_INLINE Q4X q4x_load(const int8_t* p) { return {_mm256_set1_epi32(load_
 // Sums of (q + 8) * x of the 8 lanes over one group. AVX2: int16 pairs,
 // at most 4 blocks * 2 quads * 2 * 15 * 127 = 30480 < 2^15 per group (no
 // overflow), widened once per group; VNNI: int32 directly.
-struct GAcc {
-  __m256i v;
-};
-FERRY_VEC_INLINE GAcc gacc_zero() { return {_mm256_setzero_si256()}; }
-FERRY_VEC_INLINE void gacc_block(GAcc& acc, Q4W w, Q4X x0, Q4X x1) {
+typedef __m256i GAcc;
+FERRY_VEC_INLINE GAcc gacc_zero() { return _mm256_setzero_si256(); }
+FERRY_VEC_INLINE GAcc gacc_block(GAcc acc, Q4W w, Q4X x0, Q4X x1) {
 #if FERRY_QDOT == 0
-  acc.v = _mm256_add_epi16(acc.v, _mm256_maddubs_epi16(w.lo, x0.s));
-  acc.v = _mm256_add_epi16(acc.v, _mm256_maddubs_epi16(w.hi, x1.s));
+  return _mm256_add_epi16(acc, _mm256_add_epi16(_mm256_maddubs_epi16(w.lo, x0.s), _mm256_maddubs_epi16(w.hi, x1.s)));
 #elif FERRY_QDOT == 1
-  acc.v = _mm256_dpbusd_avx_epi32(acc.v, w.lo, x0.s);
-  acc.v = _mm256_dpbusd_avx_epi32(acc.v, w.hi, x1.s);
+  return _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(acc, w.lo, x0.s), w.hi, x1.s);
 #else
-  acc.v = _mm256_dpbusd_epi32(acc.v, w.lo, x0.s);
-  acc.v = _mm256_dpbusd_epi32(acc.v, w.hi, x1.s);
+  return _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(acc, w.lo, x0.s), w.hi, x1.s);
 #endif
 }
 
@@ -117,9 +112,9 @@ FERRY_VEC_INLINE void gacc_block(GAcc& acc, Q4W w, Q4X x0, Q4X x1) {
 // (from the quantized row): exact int32, then rounded.
 FERRY_VEC_INLINE Vec gacc_float(GAcc acc, int32_t c) {
 #if FERRY_QDOT == 0
-  const __m256i sums = _mm256_madd_epi16(acc.v, _mm256_set1_epi16(1));
+  const __m256i sums = _mm256_madd_epi16(acc, _mm256_set1_epi16(1));
 #else
-  const __m256i sums = acc.v;
+  const __m256i sums = acc;
 #endif
   return {_mm256_cvtepi32_ps(_mm256_sub_epi32(sums, _mm256_set1_epi32(c)))};
 }
