@@ -100,6 +100,27 @@
 // SIMD sets of one architecture and within float tolerance of the
 // reference. Subnormal activations are flushed or not as the FP
 // environment says (the runtime flushes them during runs).
+//
+// Driving a quantized set (backend/cpu and the arena planner):
+//   choice   per layer by dtype, as for f32: best_simd_kernel_set(dtype)
+//            when the layer's weights are in the dtype's layout, else
+//            reference_kernel_set(dtype); never XNNPACK (f32 GEMMs only).
+//   arena    i8, i4: per A row quantized at once, activation_bytes(K)
+//            rounded up to 64, plus one float for its scale; at most the
+//            chunk's input rows (chunk steps x B, K = the layer's input
+//            width), B hidden rows (K = h_out), B rows of H for an LSTM
+//            projection, a Linear's input rows. f16: nothing more than f32.
+//   chunk    quantize_rows(x rows of the chunk), then gemm with qa, ldqa,
+//            a_scales (a unused), split over threads as for f32.
+//   step     B == 1: quantize_rows(h_{t-1}) -- and x_t when the step fuses
+//            the input part -- then step[] with qh, h_scale (qx, x_scale);
+//            x and h still point at the floats (GRU's update reads h).
+//            B >= 2: quantize_rows(the B hidden rows), then gemm(W_hh,
+//            c_init = the gate rows) and update[] as for f32.
+//   proj, Linear  quantize_rows(their input rows), then gemm.
+// Each row is quantized once per step, before the work is split between
+// threads (O(K), a few hundred ns at K = 1024), so every task reads the same
+// bytes.
 #pragma once
 
 #include <stddef.h>

@@ -50,6 +50,11 @@ enum class WeightLayout : uint8_t {
 //   kI4  `group_scales`: f16 bit patterns, one per (row, group of 32 k), at
 //        layout::group_scale_index (layout::group_scale_elements halves).
 //   kF16, kF32: neither.
+// What the loader checks for them: the layout belongs to the dtype (F16:
+// Panel8 or RowMajor; I8: Panel8x4; I4: Panel8x8q4), the byte size is the
+// layout's (Weight::bytes()), the scales tensor has layout::
+// row_scale_elements / group_scale_elements elements and only finite values
+// (a NaN scale would make every output of its row NaN).
 // Both must be 4-byte aligned (the loader places them at 64 bytes). They
 // share one pointer (a union, the member of the weight's dtype being the
 // one set): a second pointer would grow every Weight, hence the fixed-size
