@@ -30,6 +30,11 @@
 #ifndef FERRY_LOWP_I4_LSTM
 #define FERRY_LOWP_I4_LSTM 1
 #endif
+// An ISA may replace the int8 LSTM step with a wider one (x86_avx512vnni.cpp)
+// whose panel group is FERRY_LOWP_I8_LSTM.
+#ifndef FERRY_LOWP_I8_LSTM_STEP
+#define FERRY_LOWP_I8_LSTM_STEP lstm_steps<I8Product, FERRY_LOWP_I8_LSTM>
+#endif
 #ifndef FERRY_LOWP_I4_GRU
 #define FERRY_LOWP_I4_GRU 1
 #endif
@@ -37,28 +42,29 @@
 #define FERRY_LOWP_I4_RNN 4
 #endif
 
-#define FERRY_LOWP_SET(DTYPE_NAME, DTYPE, PRODUCT, GEMM, LSTM_NP, GRU_NP, RNN_NP, ACT_BYTES, QUANTIZE)             \
+#define FERRY_LOWP_SET(DTYPE_NAME, DTYPE, PRODUCT, GEMM, LSTM_STEP, LSTM_NP, GRU_NP, RNN_NP, ACT_BYTES, QUANTIZE)  \
   {                                                                                                           \
     DTYPE_NAME "_" FERRY_LOWP_ISA, DTYPE, StepStrategy::kPanels, {LSTM_NP, GRU_NP, RNN_NP}, GEMM,              \
         FERRY_LOWP_F32::tanh_inplace, FERRY_LOWP_F32::sigmoid_inplace, FERRY_LOWP_F32::relu_inplace,           \
-        ref::f32_softmax,                                                                                     \
-        {lstm_steps<PRODUCT, LSTM_NP>, gru_steps<PRODUCT, GRU_NP>, rnn_steps<PRODUCT, RNN_NP>},                \
+        ref::f32_softmax, {LSTM_STEP, gru_steps<PRODUCT, GRU_NP>, rnn_steps<PRODUCT, RNN_NP>},                 \
         {FERRY_LOWP_F32::lstm_update, FERRY_LOWP_F32::gru_update, FERRY_LOWP_F32::rnn_update},                 \
         {nullptr, nullptr, nullptr}, ACT_BYTES, QUANTIZE                                                       \
   }
 
 #if FERRY_LOWP_HAS_F16
 extern const KernelSet f16_kernel_set;
-const KernelSet f16_kernel_set = FERRY_LOWP_SET("f16", DType::kF16, F16Product, f16_gemm, FERRY_LOWP_F16_LSTM,
-                                                FERRY_LOWP_F16_GRU, FERRY_LOWP_F16_RNN, nullptr, nullptr);
+const KernelSet f16_kernel_set =
+    FERRY_LOWP_SET("f16", DType::kF16, F16Product, f16_gemm, (lstm_steps<F16Product, FERRY_LOWP_F16_LSTM>),
+                   FERRY_LOWP_F16_LSTM, FERRY_LOWP_F16_GRU, FERRY_LOWP_F16_RNN, nullptr, nullptr);
 #endif
 extern const KernelSet i8_kernel_set;
-const KernelSet i8_kernel_set = FERRY_LOWP_SET("i8", DType::kI8, I8Product, i8_gemm, FERRY_LOWP_I8_LSTM,
-                                               FERRY_LOWP_I8_GRU, FERRY_LOWP_I8_RNN, i8_activation_bytes,
-                                               i8_quantize_rows);
+const KernelSet i8_kernel_set =
+    FERRY_LOWP_SET("i8", DType::kI8, I8Product, i8_gemm, (FERRY_LOWP_I8_LSTM_STEP), FERRY_LOWP_I8_LSTM,
+                   FERRY_LOWP_I8_GRU, FERRY_LOWP_I8_RNN, i8_activation_bytes, i8_quantize_rows);
 extern const KernelSet i4_kernel_set;
-const KernelSet i4_kernel_set = FERRY_LOWP_SET("i4", DType::kI4, I4Product, i4_gemm, FERRY_LOWP_I4_LSTM,
-                                               FERRY_LOWP_I4_GRU, FERRY_LOWP_I4_RNN, i4_activation_bytes,
-                                               i4_quantize_rows);
+const KernelSet i4_kernel_set =
+    FERRY_LOWP_SET("i4", DType::kI4, I4Product, i4_gemm, (lstm_steps<I4Product, FERRY_LOWP_I4_LSTM>),
+                   FERRY_LOWP_I4_LSTM, FERRY_LOWP_I4_GRU, FERRY_LOWP_I4_RNN, i4_activation_bytes,
+                   i4_quantize_rows);
 
 #undef FERRY_LOWP_SET

@@ -1,10 +1,17 @@
 // i8_avx512vnni, i4_avx512vnni: the low-precision kernels with the integer
 // products on AVX-512 VNNI's vpdpbusd (Ice Lake, Sapphire Rapids, Zen 4 and
-// later), EVEX-encoded on 256-bit vectors (AVX-512 VL) so that the kernels
-// are lowp_kernels.inl's, on 32 vector registers (ops_x86.h, FERRY_QDOT 2).
-// Same integer sums, hence the same bits as i8_avx2 / i4_avx2. Compiled
-// alone with AVX-512 F/BW/VL/VNNI; chosen only after the CPU check in
-// kernels/registry.cpp.
+// later). Everything is lowp_kernels.inl on 256-bit vectors, EVEX-encoded
+// (AVX-512 VL: 32 registers; ops_x86.h, FERRY_QDOT 2), except the int8
+// LSTM step, the streaming hot path, which is 512-bit here: one zmm holds
+// two gates of a panel (an LSTM panel row is 128 bytes per quad: 2 zmm),
+// 4 panels at a time (8 accumulators), 3 instructions per 64 bytes of
+// weights (load, masked negate for the sign trick -- AVX-512 has no
+// vpsignb --, vpdpbusd). Same integer sums and the same fp32 operations in
+// the same order, hence the same bits as i8_avx2 / i4_avx2. Compiled alone
+// with AVX-512 F/BW/VL/VNNI; chosen only after the CPU check in
+// kernels/registry.cpp. (Not run on the machine it was written on, which
+// has no AVX-512: the kernel-set tests check it against i8_avx2 bit for bit
+// wherever it runs.)
 #include "kernels/quant/quant.h"
 
 #if defined(__x86_64__) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && \
@@ -36,6 +43,83 @@ namespace quant_avx512vnni {
 #include "kernels/simd/math.inl"
 #include "kernels/quant/ops_x86.h"
 #include "kernels/quant/lowp_kernels.inl"
+
+// ------------------------------------------- int8 LSTM step, 512-bit --
+
+FERRY_VEC_INLINE Vec lo_half(__m512 v) { return {_mm512_castps512_ps256(v)}; }
+FERRY_VEC_INLINE Vec hi_half(__m512 v) {
+  return {_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))};
+}
+
+// y[i][h] (gates 2h, 2h+1 of panel p + i: 16 lanes, panel order) continued
+// by W's product with one quantized row: the i8 formula of kernel_set.h,
+// fma(w_scale * a_scale, float(dot), y), on 16 lanes at once.
+template <int NP>
+FERRY_VEC_INLINE void i8_lstm_product_x16(__m512 (&y)[NP][2], const Weight& w, const int8_t* q, float scale,
+                                          uint32_t p) {
+  const uint32_t quads = static_cast<uint32_t>(layout::k4_of(w.cols) / layout::kQuad);
+  const size_t panel = layout::panel8x4_panel_bytes(4, w.cols);
+  const int8_t* wi[NP];
+#pragma GCC unroll 8
+  for (int i = 0; i < NP; ++i) wi[i] = w.i8() + (p + i) * panel;
+  __m512i acc[NP][2];
+#pragma GCC unroll 8
+  for (int i = 0; i < NP; ++i) acc[i][0] = acc[i][1] = _mm512_setzero_si512();
+  const __m512i zero = _mm512_setzero_si512();
+  for (uint32_t c = 0; c < quads; ++c) {
+    const __m512i xs = _mm512_set1_epi32(load_quad(q + 4 * c));
+    const __m512i xa = _mm512_abs_epi8(xs);
+    const __mmask64 negative = _mm512_movepi8_mask(xs);  // bytes whose activation is < 0
+#pragma GCC unroll 8
+    for (int i = 0; i < NP; ++i) {
+#pragma GCC unroll 2
+      for (int h = 0; h < 2; ++h) {
+        const __m512i wv = _mm512_loadu_si512(wi[i] + 64 * h);
+        // |x| * (w with x's sign): w negated where x < 0 (x == 0: |x| = 0).
+        acc[i][h] = _mm512_dpbusd_epi32(acc[i][h], xa, _mm512_mask_sub_epi8(wv, negative, zero, wv));
+      }
+      wi[i] += 128;
+    }
+  }
+  __m512i sums[NP][2];  // through memory: see i8_product in lowp_kernels.inl
+#pragma GCC unroll 8
+  for (int i = 0; i < NP; ++i) sums[i][0] = acc[i][0], sums[i][1] = acc[i][1];
+  __asm__ volatile("" : : "r"(sums) : "memory");
+  const __m512 s = _mm512_set1_ps(scale);
+#pragma GCC unroll 8
+  for (int i = 0; i < NP; ++i)
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
+      const __m512 ws = _mm512_mul_ps(_mm512_loadu_ps(w.scales + (size_t{p} + i) * 32 + 16 * h), s);
+      y[i][h] = _mm512_fmadd_ps(ws, _mm512_cvtepi32_ps(sums[i][h]), y[i][h]);
+    }
+}
+
+template <int NP>
+static void i8_lstm_panels_x16(const StepArgs& s, uint32_t p) {
+  const float* init = s.pre ? s.pre : s.bias ? s.bias->f32() : nullptr;
+  __m512 y[NP][2];
+#pragma GCC unroll 8
+  for (int i = 0; i < NP; ++i)
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) y[i][h] = init ? _mm512_loadu_ps(init + (size_t{p} + i) * 32 + 16 * h) : _mm512_setzero_ps();
+  if (!s.pre && s.w_ih) i8_lstm_product_x16<NP>(y, *s.w_ih, s.qx, s.x_scale, p);
+  i8_lstm_product_x16<NP>(y, *s.w_hh, s.qh, s.h_scale, p);
+#pragma GCC unroll 8
+  for (int i = 0; i < NP; ++i) {
+    lstm_finish(lo_half(y[i][0]), hi_half(y[i][0]), lo_half(y[i][1]), hi_half(y[i][1]), s.c, s.h_new, p + i, s.hidden);
+  }
+}
+
+// Four panels at a time, the rest on the 256-bit kernels.
+static void i8_lstm_step_x16(const StepArgs& s, uint32_t p0, uint32_t p1) {
+  uint32_t p = p0;
+  for (; p + 4 <= p1; p += 4) i8_lstm_panels_x16<4>(s, p);
+  if (p < p1) lstm_steps<I8Product, 2>(s, p, p1);
+}
+
+#define FERRY_LOWP_I8_LSTM 4
+#define FERRY_LOWP_I8_LSTM_STEP i8_lstm_step_x16
 #include "kernels/quant/lowp_tables.inl"
 
 }  // namespace quant_avx512vnni
