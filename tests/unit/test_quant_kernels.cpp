@@ -516,6 +516,10 @@ TEST(QuantFormats, QuantizersRoundTripWithinTheirStep) {
   EXPECT_FALSE(quant::quantize_i4_panel8x8q4(bad.data(), 1, 1, 2, q4.data(), h.data()));
   const std::vector<float> huge = {70000.0f};
   EXPECT_FALSE(quant::pack_f16_panel8(huge.data(), 1, 1, 1, h.data()));
+  EXPECT_FALSE(quant::quantize_i8_panel8x4(huge.data(), 1, 1, layout::kMaxI8Cols + 1, q8.data(), s.data()));
+  // The widest int8 row cannot overflow the int32 sums.
+  EXPECT_LE(int64_t{layout::kMaxI8Cols} * 127 * 127, int64_t{INT32_MAX});
+  EXPECT_GT(int64_t{layout::kMaxI8Cols + 1} * 127 * 127, int64_t{INT32_MAX});
 }
 
 // ------------------------------------------------------- quantize_rows --
@@ -710,6 +714,24 @@ TEST(QuantKernelSets, CompactGemmWritesOnlyTheTrueWidth) {
         EXPECT_EQ(std::memcmp(first.data(), c.data(), c.size() * 4), 0) << set->name;
       }
     }
+  }
+}
+
+// The widest int8 row at full scale: K * 127^2 fits int32 on every set.
+TEST(QuantKernelSets, WidestInt8RowDoesNotOverflow) {
+  const uint32_t K = layout::kMaxI8Cols;
+  std::mt19937 rng(53);
+  QWeight w(rng, DType::kI8, 1, 1, 1);
+  w.cols = K;
+  w.logical.assign(K, -1.0f);  // q = -127, scale 1/127
+  w.pack();
+  const std::vector<float> x(K, -3.0f);  // q = -127
+  const double want = double{w.scales.as<float>()[0]} * (3.0f / 127.0f) * (double{K} * 127 * 127);
+  for (const KernelSet* set : all_sets(DType::kI8)) {
+    std::vector<float> c(8, 0.0f);
+    Rows a(x, 1, K);
+    run_gemm(set, w, a, nullptr, nullptr, &c, 8, 8, false);
+    EXPECT_NEAR(c[0], want, want * 1e-6) << set->name;
   }
 }
 

@@ -46,11 +46,12 @@
 //   f16_reference, i8_reference, i4_reference   portable scalar C++
 //       (kernels/quant/reference_quant.cpp), the oracles; built unless
 //       FERRY_QUANT_REFERENCE=OFF (a firmware that runs f32 models only).
-//   f16_avx2 (AVX2 + FMA + F16C), i8_avx2, i4_avx2 (AVX2 + FMA),
+//   f16_avx2, i8_avx2, i4_avx2 (AVX2 + FMA + F16C),
 //   i8_avxvnni, i4_avxvnni (+ AVX-VNNI, VEX vpdpbusd),
-//   i8_avx512vnni, i4_avx512vnni (+ AVX-512 F/BW/VL/VNNI),
-//   f16_neon, i8_neon, i4_neon (NEON; ARMv7 also needs VFPv4),
-//   i8_neondot, i4_neondot (+ the dot-product extension, sdot).
+//   i8_avx512vnni, i4_avx512vnni (+ AVX-512 F/BW/VL/VNNI; EVEX vpdpbusd on
+//       256 bits, the int8 LSTM step on 512),
+//   f16_neon (AArch64), i8_neon, i4_neon (NEON; ARMv7 with VFPv4),
+//   i8_neondot, i4_neondot (AArch64 + the dot-product extension, sdot).
 // Every one is kPanels: one integration path in the recurrent loop for all
 // of them (the references included, so that they need no second scratch
 // contract), and ferry_step == ferry_run bit for bit by the argument above.
@@ -80,7 +81,9 @@
 // quantized by one is valid for all.
 //
 // Products (the numeric contract of the quantized sets). Integer sums are
-// exact (int32: |dot| <= K * 127^2); the fp32 steps are fixed, so every set
+// exact in int32 (|dot| <= K * 127^2, hence int8 matrices have at most
+// layout::kMaxI8Cols columns; an int4 group's sum is at most 32 * 8 * 127);
+// the fp32 steps are fixed, so every set
 // of a dtype -- reference, AVX2, VNNI, NEON with or without sdot -- gives
 // the same bits for every output of a product:
 //   i8:  y = fma(w_scale[row] * a_scale, float(dot), init),

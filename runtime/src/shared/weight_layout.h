@@ -200,6 +200,11 @@ inline uint16_t half_from_float(float f) {
 
 constexpr uint32_t kQuad = 4;  // k per lane of an int8 vector
 
+// Columns an int8 matrix may have: its kernels sum K products of |q| <= 127
+// in int32 (K * 127^2 <= 2^31 - 1). Wider int8 tensors are invalid (the loader
+// rejects them; the converter keeps such a layer in f16 or int4).
+constexpr uint32_t kMaxI8Cols = 133144;
+
 // K rounded up to whole quads.
 constexpr uint64_t k4_of(uint64_t cols) { return (cols + kQuad - 1) / kQuad * kQuad; }
 

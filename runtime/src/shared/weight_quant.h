@@ -18,8 +18,9 @@
 //         [-8, 7] (so m itself maps to -8 exactly); an all-zero group, one
 //         whose d underflows to 0 in f16, and the padding rows get d = 1.0
 //         and q = 0. |d| > 65504 (a weight beyond 524032) is an error.
-// Non-finite weights are an error for every type (return false; the output
-// is then incomplete and must not be written).
+// Non-finite weights are an error for every type, and so is an int8 matrix
+// wider than layout::kMaxI8Cols (return false; the output is then
+// incomplete and must not be written).
 #pragma once
 
 #include <stdint.h>
@@ -64,6 +65,7 @@ inline bool pack_f16_panel8(const float* w, uint32_t gates, uint32_t units, uint
 // `scales` layout::row_scale_elements(G, units) floats.
 inline bool quantize_i8_panel8x4(const float* w, uint32_t gates, uint32_t units, uint32_t cols, int8_t* out,
                                  float* scales) {
+  if (cols > layout::kMaxI8Cols) return false;  // the int32 sums could overflow
   const uint64_t n = layout::panel8x4_bytes(gates, units, cols);
   for (uint64_t i = 0; i < n; ++i) out[i] = 0;
   for (uint64_t i = 0; i < layout::row_scale_elements(gates, units); ++i) scales[i] = 1.0f;

@@ -46,9 +46,14 @@ namespace quant_avx512vnni {
 
 // ------------------------------------------- int8 LSTM step, 512-bit --
 
-FERRY_VEC_INLINE Vec lo_half(__m512 v) { return {_mm512_castps512_ps256(v)}; }
+// The 256-bit halves of a zmm. Zero-masked extracts (and converts below)
+// rather than the casts and plain forms, whose GCC 12 definitions read an
+// "undefined" register that its own -Wuninitialized then reports.
+FERRY_VEC_INLINE Vec lo_half(__m512 v) {
+  return {_mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xff, _mm512_castps_pd(v), 0))};
+}
 FERRY_VEC_INLINE Vec hi_half(__m512 v) {
-  return {_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))};
+  return {_mm256_castpd_ps(_mm512_maskz_extractf64x4_pd(0xff, _mm512_castps_pd(v), 1))};
 }
 
 // y[i][h] (gates 2h, 2h+1 of panel p + i: 16 lanes, panel order) continued
@@ -91,7 +96,7 @@ FERRY_VEC_INLINE void i8_lstm_product_x16(__m512 (&y)[NP][2], const Weight& w, c
 #pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {
       const __m512 ws = _mm512_mul_ps(_mm512_loadu_ps(w.scales + (size_t{p} + i) * 32 + 16 * h), s);
-      y[i][h] = _mm512_fmadd_ps(ws, _mm512_cvtepi32_ps(sums[i][h]), y[i][h]);
+      y[i][h] = _mm512_fmadd_ps(ws, _mm512_maskz_cvtepi32_ps(0xffff, sums[i][h]), y[i][h]);
     }
 }
 
