@@ -537,7 +537,7 @@ void expected_quantization(const float* x, uint32_t k, uint32_t kp, std::vector<
     *scale = std::numeric_limits<float>::quiet_NaN();
     return;
   }
-  if (m < std::numeric_limits<float>::min()) {
+  if (m < std::ldexp(1.0f, -120)) {  // 127 / m would overflow below
     *scale = 0.0f;
     return;
   }
@@ -552,16 +552,23 @@ TEST(QuantKernelSets, QuantizeRowsFollowsTheDefinitionOnEverySet) {
     const std::vector<const KernelSet*> sets = all_sets(d);
     if (sets.empty()) GTEST_SKIP() << "no " << dtype_name(d) << " set in this build";
     for (uint32_t k : {1u, 3u, 4u, 7u, 8u, 15u, 31u, 32u, 33u, 64u, 100u, 257u}) {
-      const size_t rows = 12;
+      const size_t rows = 13;
       std::vector<float> x = random_vector(rng, rows * k, 3.0f);
       // Row 1: zeros; 2: subnormals only; 3: a NaN; 4: +Inf; 5: -Inf;
-      // 6: ties (m = 127, so x * inv = x); 7: one huge value; 8: tiny but normal.
+      // 6: ties (m = 127, so x * inv = x); 7: one huge value; 8: tiny but
+      // normal; 9: m just below 2^-120 (a zero row); 10: m = 2^-120 (127 / m
+      // still finite: quantized); 12: m ~ 1e-37 (127 / m is Inf: a zero row).
       const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
       for (uint32_t i = 0; i < k; ++i) {
         x[1 * k + i] = i % 2 ? -0.0f : 0.0f;
         x[2 * k + i] = std::ldexp(float(i % 5) - 2.0f, -130);
-        x[8 * k + i] *= 1e-36f;
+        x[8 * k + i] *= 1e-30f;
+        x[9 * k + i] = std::ldexp(float(i % 7) - 3.0f, -123);
+        x[10 * k + i] = std::ldexp(float(i % 7) - 3.0f, -123);
       }
+      for (uint32_t i = 0; i < k; ++i) x[12 * k + i] *= 1e-37f;
+      x[9 * k] = std::nextafter(std::ldexp(1.0f, -120), 0.0f);
+      x[10 * k] = -std::ldexp(1.0f, -120);
       x[3 * k + k / 2] = nan;
       x[4 * k + k - 1] = inf;
       x[5 * k] = -inf;
@@ -599,6 +606,10 @@ TEST(QuantKernelSets, QuantizeRowsFollowsTheDefinitionOnEverySet) {
       }
       EXPECT_EQ(want.scales[1], 0.0f);
       EXPECT_EQ(want.scales[2], 0.0f);
+      EXPECT_EQ(want.scales[9], 0.0f);
+      EXPECT_EQ(want.scales[12], 0.0f);
+      EXPECT_GT(want.scales[10], 0.0f);
+      EXPECT_EQ(want.qrow(10)[0], -127);
       EXPECT_TRUE(std::isnan(want.scales[3]) && std::isnan(want.scales[4]) && std::isnan(want.scales[5]));
       // Every other set writes the same bytes (padding and corrections
       // included) and the same scales.

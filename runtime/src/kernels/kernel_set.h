@@ -66,7 +66,10 @@
 // step, before splitting the product between threads):
 //     m = max_k |x[k]|,  s = m / 127,  q[k] = round_to_nearest_even(x[k] * (127 / m))
 // (two divisions per row, none per element; |q| <= 127 always). Special rows:
-//     only zeros and subnormals (m < 2^-126):  s = 0, q = 0
+//     m < 2^-120 (zeros, subnormals, tiny):    s = 0, q = 0 (below 2^-120,
+//                                              127 / m would overflow to Inf;
+//                                              such a row adds < 2^-120 * sum|w|
+//                                              to any output)
 //     any NaN or +-Inf:                        s = NaN, q = 0, so every output
 //                                              that reads the row is NaN
 // (m is taken on the bit patterns, so NaN is seen whatever the ISA's max

@@ -126,10 +126,10 @@ static uint32_t i4_activation_bytes(uint32_t k) {
 }
 
 // One row, as reference_quant.cpp's quantize_row (kernel_set.h: m on the
-// bit patterns; NaN/Inf -> s = NaN, zeros/subnormals -> s = 0, q = 0).
+// bit patterns; NaN/Inf -> s = NaN; m < 2^-120 -> s = 0, q = 0).
 static void quantize_row(const float* x, uint32_t k, uint32_t kp, int8_t* q, float* scale) {
   const uint32_t m = qmax_abs_bits(x, k);
-  if (m >= 0x7f800000u || m < 0x00800000u) {
+  if (m >= 0x7f800000u || m < 0x03800000u) {
     *scale = m >= 0x7f800000u ? __builtin_nanf("") : 0.0f;
     memset(q, 0, kp);
     return;

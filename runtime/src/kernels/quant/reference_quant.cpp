@@ -53,14 +53,16 @@ uint32_t i4_activation_bytes(uint32_t k) {
 }
 
 // One row: m = max|x| on the bit patterns (NaN and Inf are the largest);
-// s = m / 127, q = round_even(x * (127 / m)), zeros up to kp.
+// s = m / 127, q = round_even(x * (127 / m)), zeros up to kp. Rows with
+// m < 2^-120 (bit pattern 0x03800000), where 127 / m would overflow, are
+// zero rows.
 void quantize_row(const float* x, uint32_t k, uint32_t kp, int8_t* q, float* scale) {
   uint32_t m = 0;
   for (uint32_t i = 0; i < k; ++i) {
     const uint32_t b = bits_of(x[i]) & 0x7fffffffu;
     m = b > m ? b : m;
   }
-  if (m >= 0x7f800000u || m < 0x00800000u) {  // NaN or Inf: s = NaN; zeros and subnormals only: s = 0
+  if (m >= 0x7f800000u || m < 0x03800000u) {  // NaN or Inf: s = NaN; m < 2^-120: s = 0
     *scale = m >= 0x7f800000u ? __builtin_nanf("") : 0.0f;
     memset(q, 0, kp);
     return;
