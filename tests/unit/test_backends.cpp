@@ -28,15 +28,12 @@
 #include <xmmintrin.h>
 #endif
 
-#include "checkpoint.h"
 #include "convert.h"
 #include "error.h"
 #include "ferry/ferry.h"
 #include "ferry/ferry_generated.h"
-#include "mapped_file.h"
-#include "model_writer.h"
-#include "modules.h"
-#include "npy.h"
+#include "io/npy.h"
+#include "writer/model_writer.h"
 
 namespace {
 
@@ -190,13 +187,12 @@ std::vector<Case> fixture_cases() {
     Case c;
     c.name = e.at("name");
     try {
-      MappedFile file(kModels + std::string(e.at("pt")));
-      const Checkpoint checkpoint = load_checkpoint(file);
-      const ModuleSet modules = group_modules(checkpoint);
-      ConvertOptions o;
-      o.graph = graph;
-      o.batch_first = e.at("batch_first").get<bool>();
-      c.bytes = build_model(plan_conversion(checkpoint, modules, o).plan);
+      ConvertRequest request;
+      request.input = kModels + std::string(e.at("pt"));
+      request.graph = graph;
+      request.batch_first = e.at("batch_first").get<bool>();
+      request.selftest = SelfTestPolicy::Never;
+      c.bytes = convert(request).bytes;
     } catch (const Error& err) {
       if (form == "legacy" || form == "whole_module" || form == "torchscript" || form == "safetensors") continue;
       ADD_FAILURE() << c.name << ": " << err.what();

@@ -9,7 +9,7 @@
 
 #include "error.h"
 #include "pt_builder.h"
-#include "zip_reader.h"
+#include "io/zip_reader.h"
 
 namespace ferry::conv {
 namespace {
