@@ -21,12 +21,6 @@ namespace {
 
 using namespace ferry::conv;
 
-std::string shape_str(const std::vector<int64_t>& s) {
-  std::string out = "[";
-  for (size_t i = 0; i < s.size(); ++i) out += (i ? ", " : "") + std::to_string(s[i]);
-  return out + "]";
-}
-
 int inspect_model(const std::string& path) {
   LoadedModel lm(path);
   const auto* m = ferry::fb::GetModel(lm.file.data());
@@ -86,7 +80,7 @@ int inspect_checkpoint(const std::string& path, const std::string& key) {
   for (const TensorRef& t : c.tensors) {
     const uint64_t bytes = static_cast<uint64_t>(t.numel()) * dtype_size(t.dtype);
     std::printf("%-40s %-9s %-16s %-8s %10llu  %s%s\n", t.name.c_str(), dtype_name(t.dtype),
-                shape_str(t.shape).c_str(), t.storage ? t.storage->location.c_str() : "-",
+                dims_text(t.shape).c_str(), t.storage ? t.storage->location.c_str() : "-",
                 static_cast<unsigned long long>(bytes), t.storage ? t.storage->key.c_str() : "-",
                 t.offset ? (" +" + std::to_string(t.offset)).c_str() : "");
   }

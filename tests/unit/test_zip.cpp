@@ -1,4 +1,4 @@
-// Zip container reader (converter/src/zip_reader.h), on archives assembled
+// Zip container reader (converter/src/io/zip_reader.h), on archives assembled
 // byte by byte in the layout torch.save writes.
 // The converter is optional (FERRY_CONVERTER); these tests need it.
 #ifdef FERRY_HAVE_CONVERTER

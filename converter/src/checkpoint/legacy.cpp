@@ -14,11 +14,12 @@
 // Storages are declared while the object is unpickled and their bytes come
 // afterwards, so they are attached once the stream has been walked; views
 // are resolved last.
+#include "checkpoint/legacy.h"
+
 #include <cstring>
 #include <unordered_map>
 #include <unordered_set>
 
-#include "checkpoint/legacy.h"
 #include "checkpoint/reader_internal.h"
 #include "error.h"
 

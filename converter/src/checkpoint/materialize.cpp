@@ -1,11 +1,12 @@
 // Materialization: a TensorRef (a strided view of file bytes in some float
 // dtype and byte order) to float32 in C order, whole or by element range.
+#include "checkpoint/tensor_ref.h"
+
 #include <algorithm>
 #include <cstring>
 #include <string>
 
 #include "checkpoint/reader_internal.h"
-#include "checkpoint/tensor_ref.h"
 #include "error.h"
 
 namespace ferry::conv {
@@ -88,6 +89,12 @@ int64_t TensorRef::numel() const {
     if (d < 0 || __builtin_mul_overflow(n, d, &n))
       throw Error("tensor '" + name + "': invalid shape");
   return n;
+}
+
+std::string dims_text(const std::vector<int64_t>& dims) {
+  std::string s = "[";
+  for (size_t i = 0; i < dims.size(); ++i) s += (i ? ", " : "") + std::to_string(dims[i]);
+  return s + "]";
 }
 
 bool is_contiguous(const TensorRef& t) {

@@ -52,9 +52,6 @@ const DTypeInfo* dtype_object_info(const std::string& name);
 // UntypedStorage counts bytes.
 extern const DTypeInfo kUntypedInfo;
 
-// "[2, 3]".
-std::string dims_text(const std::vector<int64_t>& v);
-
 // Tensors are capped at 2^40 elements: enough for any model ferry targets,
 // and it keeps a zero-stride "broadcast" view from asking for exabytes.
 constexpr int64_t kMaxTensorElements = int64_t{1} << 40;

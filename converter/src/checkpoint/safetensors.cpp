@@ -15,11 +15,12 @@
 // Then the layout is checked: every dtype known, end − begin = the tensor's
 // byte size (overflow-checked), and the data ranges, sorted, start at 0 and
 // follow each other without gap or overlap up to exactly the end of the file.
+#include "checkpoint/safetensors.h"
+
 #include <algorithm>
 #include <cstring>
 #include <unordered_set>
 
-#include "checkpoint/safetensors.h"
 #include "checkpoint/reader_internal.h"
 #include "error.h"
 

@@ -74,12 +74,6 @@ const DTypeInfo kUntypedInfo{DType::U8, "uint8", 1};
 // ---------------------------------------------------------------------------
 // Views.
 
-std::string dims_text(const std::vector<int64_t>& v) {
-  std::string s = "[";
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
-  return s + "]";
-}
-
 void check_view(const std::string& what, const std::vector<int64_t>& size,
                 const std::vector<int64_t>& stride, int64_t offset, uint64_t storage_elements) {
   if (size.size() != stride.size())

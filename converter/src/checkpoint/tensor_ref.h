@@ -37,6 +37,9 @@ struct TensorRef {
   int64_t numel() const;
 };
 
+// "[2, 3]": a shape or strides as messages and `ferry inspect` print them.
+std::string dims_text(const std::vector<int64_t>& dims);
+
 // Whether the view is C-contiguous (dimensions of size 1 may have any stride).
 bool is_contiguous(const TensorRef& t);
 

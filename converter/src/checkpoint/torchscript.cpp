@@ -20,12 +20,13 @@
 //
 // code/ is only read as text, line by line: nothing in it is run. Each record
 // is inflated with a cap (ZipReader::extract), and so is their total.
+#include "checkpoint/torchscript.h"
+
 #include <algorithm>
 #include <string_view>
 #include <unordered_map>
 #include <unordered_set>
 
-#include "checkpoint/torchscript.h"
 #include "checkpoint/reader_internal.h"
 #include "error.h"
 

@@ -10,27 +10,21 @@
 namespace ferry::conv {
 namespace {
 
-std::string shape_str(const std::vector<int64_t>& shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
-
 void expect_shape(const Module& m, const std::string& name, std::vector<int64_t> want) {
   auto it = m.params.find(name);
   if (it == m.params.end()) {
     throw Error("module '" + m.path + "' (" + m.describe() + ") lacks tensor '" + m.path + "." +
-                name + "' of shape " + shape_str(want));
+                name + "' of shape " + dims_text(want));
   }
   if (it->second->shape != want) {
-    throw Error("tensor '" + it->second->name + "' has shape " + shape_str(it->second->shape) +
-                ", but module '" + m.path + "' (" + m.describe() + ") needs " + shape_str(want));
+    throw Error("tensor '" + it->second->name + "' has shape " + dims_text(it->second->shape) +
+                ", but module '" + m.path + "' (" + m.describe() + ") needs " + dims_text(want));
   }
 }
 
 uint32_t dim(const TensorRef* t, size_t i) {
   if (t->shape.size() <= i || t->shape[i] <= 0 || t->shape[i] > (1 << 24)) {
-    throw Error("tensor '" + t->name + "' has shape " + shape_str(t->shape) +
+    throw Error("tensor '" + t->name + "' has shape " + dims_text(t->shape) +
                 ", not a usable layer weight");
   }
   return static_cast<uint32_t>(t->shape[i]);
@@ -49,8 +43,8 @@ void classify_recurrent(Module& m) {
   const TensorRef* w_hr = cell ? nullptr : get("weight_hr_l0");
   if (!w_hh) throw Error("module '" + m.path + "' has weight_ih but no weight_hh");
   if (w_ih->shape.size() != 2 || w_hh->shape.size() != 2) {
-    throw Error("module '" + m.path + "': weight_ih " + shape_str(w_ih->shape) + " and weight_hh " +
-                shape_str(w_hh->shape) + " must be 2-D");
+    throw Error("module '" + m.path + "': weight_ih " + dims_text(w_ih->shape) + " and weight_hh " +
+                dims_text(w_hh->shape) + " must be 2-D");
   }
   uint32_t hr_shape[2] = {0, 0};  // weight_hr_l0 [P, H]
   if (w_hr) {
@@ -124,7 +118,7 @@ void classify_linear(Module& m) {
   m.type = ModuleType::Linear;
   const TensorRef* w = m.params.at("weight");
   if (w->shape.size() != 2) {
-    throw Error("tensor '" + w->name + "' has shape " + shape_str(w->shape) +
+    throw Error("tensor '" + w->name + "' has shape " + dims_text(w->shape) +
                 ": module '" + m.path + "' is not a Linear layer (needs a 2-D weight)");
   }
   m.out_features = dim(w, 0);
