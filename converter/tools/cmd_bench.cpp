@@ -12,6 +12,7 @@
 #include "commands.h"
 #include "ferry/ferry_generated.h"
 #include "seeded_floats.h"
+#include "weight_layout.h"
 
 namespace ferry::cli {
 namespace {
@@ -33,7 +34,10 @@ ModelCost model_cost(const ferry::fb::Model* m) {
   for (const fb::Layer* l : *m->layers()) {
     switch (l->kind()) {
       case fb::LayerKind::LSTM: case fb::LayerKind::GRU: case fb::LayerKind::RNN_TANH: case fb::LayerKind::RNN_RELU: {
-        const double g = l->kind() == fb::LayerKind::LSTM ? 4 : l->kind() == fb::LayerKind::GRU ? 3 : 1;
+        const layout::CellKind cell = l->kind() == fb::LayerKind::LSTM ? layout::CellKind::kLstm
+                                      : l->kind() == fb::LayerKind::GRU ? layout::CellKind::kGru
+                                                                         : layout::CellKind::kRnn;
+        const double g = layout::gate_count(cell);
         const double h = l->hidden_size(), p = l->proj_size(), h_out = p ? p : h;
         const double dirs = l->bidirectional() ? 2 : 1;
         for (uint32_t k = 0; k < l->num_layers(); ++k) {
