@@ -53,7 +53,7 @@ ConvertResult convert(const ConvertRequest& request) {
   PlanResult planned = plan_conversion(checkpoint, modules, plan_options, &file);
   ModelPlan& plan = planned.plan;
   plan.source_file = basename_of(request.input);
-  // Hashed on a second core, joined when the writer encodes the provenance.
+  // Hashed on a second core beside the weights, joined once they are written.
   auto sha256 = std::async(std::launch::async, [&file] { return sha256_file(file); });
   plan.source_sha256_async = [&sha256] { return sha256.get(); };
   plan.source_format = checkpoint.form;

@@ -40,6 +40,11 @@ struct Checkpoint {
   std::map<std::string, std::string> attributes;
 };
 
+// The key of hyper-parameter `name` of the module at `module_path` ("" for
+// the root) in Checkpoint::attributes: "lstm.batch_first", wrapper prefixes
+// (module., _orig_mod.) stripped.
+std::string attribute_key(const std::string& module_path, const std::string& name);
+
 struct LoadOptions {
   std::string key;                  // --key: which entry of a checkpoint dict
 };

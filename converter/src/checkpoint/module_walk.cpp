@@ -20,7 +20,13 @@
 #include "error.h"
 #include "mapping/wrapper_prefixes.h"
 
-namespace ferry::conv::detail {
+namespace ferry::conv {
+
+std::string attribute_key(const std::string& module_path, const std::string& name) {
+  return strip_wrapper_prefixes(module_path.empty() ? name : module_path + "." + name);
+}
+
+namespace detail {
 
 const Value* object_state(const Value* object) {
   if (!object || object->kind != Kind::Object || !object->state) return nullptr;
@@ -37,10 +43,6 @@ bool is_hyperparameter(std::string_view name) {
   for (std::string_view n : kNames)
     if (n == name) return true;
   return false;
-}
-
-std::string attribute_key(const std::string& module_path, const std::string& name) {
-  return strip_wrapper_prefixes(module_path.empty() ? name : module_path + "." + name);
 }
 
 void record_hyperparameter(const std::string& module_path, const std::string& name,
@@ -175,4 +177,5 @@ void collect_module(const Value* root, const std::string& path, TensorCollector&
   }
 }
 
-}  // namespace ferry::conv::detail
+}  // namespace detail
+}  // namespace ferry::conv

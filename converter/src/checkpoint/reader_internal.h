@@ -177,9 +177,6 @@ const Value* object_state(const Value* object);
 // Hyper-parameters ferry records from modules: batch_first, nonlinearity,
 // mode, proj_size, bidirectional, num_layers, hidden_size, input_size, bias.
 bool is_hyperparameter(std::string_view name);
-// The attribute key of `name` in the module at `module_path` ("" for the
-// root): "lstm.batch_first", wrapper prefixes (module., _orig_mod.) stripped.
-std::string attribute_key(const std::string& module_path, const std::string& name);
 // Records the hyper-parameters among a module's attributes (a dict of
 // name -> value): bools as "true"/"false", ints in decimal, strings as is.
 // An RNN's `mode` (RNN_TANH / RNN_RELU: what forward() runs) also sets its

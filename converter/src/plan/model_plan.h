@@ -82,8 +82,9 @@ struct ModelPlan {
   bool output_is_sequence = false;
   // Provenance.
   std::string source_file, source_sha256, source_format, converter_version;
-  // If set, called by the writer for source_sha256 when it writes the
-  // provenance record (so hashing a large file can run beside the planning).
+  // If set, the writer calls it for source_sha256 once the weights are
+  // written, so hashing a large source runs beside the conversion; it must
+  // return a SHA-256 in hex (64 characters: the room the writer reserves).
   std::function<std::string()> source_sha256_async;
   std::vector<MappingRow> mapping;
   SelfTestPlan selftest;  // written when batch > 0

@@ -17,11 +17,6 @@ std::vector<uint32_t> u32_shape(const TensorRef& t) {
   return s;
 }
 
-// Attributes of the root module (a bare `torch.save(nn.LSTM(...))`) have no prefix.
-std::string attribute_key(const std::string& module, const char* attr) {
-  return module.empty() ? std::string(attr) : module + "." + attr;
-}
-
 class PlanBuilder {
  public:
   PlanBuilder(ModelPlan& plan, const MappedFile* source) : plan_(plan), source_(source) {}

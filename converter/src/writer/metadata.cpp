@@ -12,6 +12,7 @@ namespace {
 namespace fb = ::ferry::fb;
 
 constexpr uint64_t kAlign = FERRY_ALIGNMENT;
+constexpr size_t kSha256Chars = 64;  // hex digits of a SHA-256
 
 uint64_t align_up(uint64_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
 
@@ -89,7 +90,7 @@ EncodedModel encode_model(const ModelPlan& plan, const std::vector<StoredForm>& 
     mapping.push_back(fb::CreateMapping(fbb, fbb.CreateString(r.source_key), r.layer,
                                         fbb.CreateString(r.role)));
   }
-  const std::string sha256 = plan.source_sha256_async ? plan.source_sha256_async() : plan.source_sha256;
+  const std::string sha256 = plan.source_sha256_async ? std::string(kSha256Chars, '0') : plan.source_sha256;
   const auto provenance = fb::CreateProvenance(
       fbb, fbb.CreateString(plan.source_file), fbb.CreateString(sha256),
       fbb.CreateString(plan.source_format), fbb.CreateString(plan.converter_version),
@@ -124,6 +125,13 @@ EncodedModel encode_model(const ModelPlan& plan, const std::vector<StoredForm>& 
     throw Error("internal: the model's weight blob does not match its plan");
   }
   return out;
+}
+
+void fill_source_sha256(uint8_t* data, const std::string& sha256) {
+  auto* field = fb::GetMutableModel(data)->mutable_provenance()->mutable_source_sha256();
+  if (sha256.size() != kSha256Chars || field->size() != kSha256Chars)
+    throw Error("internal: the source SHA-256 '" + sha256 + "' does not fit the room reserved for it");
+  for (flatbuffers::uoffset_t i = 0; i < kSha256Chars; ++i) field->Mutate(i, sha256[i]);
 }
 
 }  // namespace ferry::conv

@@ -27,9 +27,14 @@ struct EncodedModel {
 };
 
 // Encodes the metadata. The arena size and the self-test output and
-// tolerance are placeholders the runtime pass overwrites in place. Calls
-// plan.source_sha256_async when set. Throws Error when the weights pass the
-// 2 GiB a FlatBuffers file can hold.
+// tolerance are placeholders the runtime pass overwrites in place; so is the
+// source's SHA-256 when the plan computes it asynchronously
+// (fill_source_sha256). Throws Error when the weights pass the 2 GiB a
+// FlatBuffers file can hold.
 EncodedModel encode_model(const ModelPlan& plan, const std::vector<StoredForm>& forms, const BlobLayout& blob);
+
+// Writes `sha256` (64 hex characters) into the placeholder encode_model
+// reserved in the model file at `data`.
+void fill_source_sha256(uint8_t* data, const std::string& sha256);
 
 }  // namespace ferry::conv

@@ -107,10 +107,12 @@ class SharedMapping {
   size_t size_;
 };
 
-// Steps 4 and 5 on the complete bytes: the runtime pass, then the C-array
-// header written to its temporary file (committed by the caller, last).
+// Steps 4 and 5 on the complete bytes: the source's hash (computed beside
+// the weights), the runtime pass, then the C-array header written to its
+// temporary file (committed by the caller, last).
 void complete(uint8_t* data, size_t size, const ModelPlan& plan, const WriteOptions& options, WrittenModel& out,
               std::optional<AtomicFile>& header) {
+  if (plan.source_sha256_async) fill_source_sha256(data, plan.source_sha256_async());
   out.arena_bytes = complete_with_runtime(data, size, plan.selftest.relative_tolerance);
   if (!options.c_array_path) return;
   out.c_array_name = c_array_name(*options.c_array_path);

@@ -9,10 +9,12 @@
 //      to a staging file (OUT.tmp.<pid>, io/atomic_file.h); a plain float32
 //      tensor stored RowMajor is copied file to file in the kernel from
 //      `source_fd`. Peak memory: a few MiB beside the metadata;
-//   4. one runtime pass over the complete bytes, a shared mapping of the
-//      staging file (writer/runtime_pass.h): ferry_model_load verifies them,
-//      and the reference arena size for batch 1 / seq 1 and, when the plan
-//      has self-test vectors, their golden output are written in place;
+//   4. on the complete bytes, a shared mapping of the staging file: the
+//      source's SHA-256 when the plan hashes it beside steps 2 and 3
+//      (ModelPlan::source_sha256_async), then one runtime pass
+//      (writer/runtime_pass.h): ferry_model_load verifies the bytes, and the
+//      reference arena size for batch 1 / seq 1 and, when the plan has
+//      self-test vectors, their golden output are written in place;
 //   5. the optional C-array header (writer/c_array.h), from the same bytes;
 //   6. the rename of the staging file to OUT, then of the header.
 // On any failure or interruption (cancel_writes()) nothing is left at OUT or
