@@ -273,7 +273,7 @@ float* run_recurrent(ferry_session* s, uint32_t layer_index, float* in, float* o
   const int kind = kernels::kind_index(cell_kind(layer.op));
   const uint32_t cols = layout::gate_row_floats(layer.gates, layer.hidden);
   const uint32_t n_panels = layout::panels_of(layer.hidden);
-  const size_t tile = panel_tile(cpu->threads, n_panels, k->step_group[kind]);
+  const size_t tile = cpu->threads > 1 ? panel_tile(cpu->threads, n_panels, k->step_group[kind]) : n_panels;
   for (uint32_t kl = 0; kl < layer.num_layers; ++kl) {
     const uint32_t in_w = kl == 0 ? layer.in : layer.out;
     for (uint32_t d = 0; d < layer.dirs; ++d) {
