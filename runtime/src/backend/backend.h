@@ -49,10 +49,12 @@ struct SessionConfig {
 
 // One ferry_run / ferry_step call, arguments checked.
 struct RunCall {
-  const float* input;      // the model's layout
+  const float* input;      // the model's layout (null for a model taking tokens)
+  const int32_t* tokens;   // the token ids of a model taking tokens, else null
   size_t batch, seq;       // seq is 1 for ferry_step
   const int32_t* lengths;  // null or batch values in 1..seq
   float* output;           // ferry_output_floats(batch, seq) floats
+  size_t out_steps;        // steps of a sequence output (1 otherwise)
 };
 
 struct Backend {

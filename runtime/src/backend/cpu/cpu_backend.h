@@ -47,6 +47,9 @@ constexpr size_t kXnnpackMinRows = 32;
 // for the GEMM (and XNNPACK) to run at full speed; W_ih is re-read once per
 // chunk.
 constexpr size_t kChunkRows = 64;
+// Output rows (steps x batch) a Conv1d computes per GEMM call: its patches
+// (im2col rows) are gathered this many at a time.
+constexpr size_t kConvRows = 64;
 // Distinct kernel sets one session uses (per dtype: a SIMD set and the
 // reference; two dtypes at most in one model).
 constexpr uint32_t kMaxSessionKernelSets = 4;
@@ -96,6 +99,9 @@ struct CpuSession {
   float* gates_rec;  // GRU batched: [max_batch][max_gate_cols] recurrent parts
   float* h_new;      // [max_batch][max_hidden]: hidden after a step
   float* h_proj;     // [max_batch][max_h_out]: projected hidden (LSTM proj)
+  float* slots;      // residual slots (Save / Add): [num_slots][steps][max_batch][max_features]
+  float* patches;    // Conv1d: kConvRows rows of (in/groups)*kernel inputs
+  size_t slot_floats;  // floats of one slot
   size_t chunk_steps;
   // XNNPACK operators (in the arena), where the choice says so (else null).
   void* xnn_cell[kMaxCells];
@@ -121,6 +127,22 @@ inline float* state_c(const ferry_session* s, const Layer& layer, uint32_t c, si
 
 // The chain executor (executor.cpp): runs `call` through every layer.
 ferry_status execute(ferry_session* s, const RunCall& call);
+
+// The format 1.2 ops (ops.cpp). Buffers are time-major [steps][B][F].
+// A Conv1d from `in` (T steps) into `out` (conv_output_steps(T) steps); a
+// causal one reads and updates its state (the inputs before `in`).
+void conv1d(ferry_session* s, uint32_t layer_index, const float* in, float* out, size_t T, size_t B,
+            const int32_t* lengths);
+// Mean or max over each sample's valid steps, from and into its running
+// state: `in` [T][B][F] -> `out` [B][F].
+void pool(ferry_session* s, uint32_t layer_index, const float* in, float* out, size_t T, size_t B,
+          const int32_t* lengths);
+// Token ids (the model's layout) -> embedding rows, time-major, into `out`.
+void embed(const ferry_session* s, const int32_t* tokens, size_t T, size_t B, float* out);
+// The per-feature and parameterised activations: BatchNorm, LayerNorm,
+// PReLU, LeakyReLU, ELU, GELU, SiLU, Hardtanh, LogSoftmax, in place over
+// `rows` rows.
+void activation(const ferry_session* s, uint32_t layer_index, float* x, size_t rows);
 
 // The one recurrent loop (recurrent.cpp). Time-major [T][B][F] buffers; a
 // module ping-pongs between `in` and `out` and returns the buffer holding
