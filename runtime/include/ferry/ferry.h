@@ -147,6 +147,28 @@ const char* ferry_backend_name(ferry_backend backend);
  * FERRY_INVALID_ARGUMENT, with the names in the message, for any other. */
 ferry_status ferry_backend_from_name(const char* name, ferry_backend* backend_out);
 
+/* What ferry_run / ferry_step do with the calling thread's floating-point
+ * mode. Denormal numbers (|x| < 1.2e-38) make x86 and Arm cores take slow
+ * micro-code paths, and a recurrence that decays towards zero makes many:
+ * ferry computes with them flushed to zero (x86 MXCSR.FTZ+DAZ, Arm FPCR.FZ).
+ *   FERRY_FP_FLUSH   (default) the first call on a thread turns flushing on
+ *                    and leaves it on: afterwards a call only reads the mode
+ *                    (no write: a write costs ~15 ns on x86, a fifth of a
+ *                    small step). The thread's other float code then also
+ *                    flushes denormals; its rounding mode is never changed.
+ *   FERRY_FP_RESTORE flushing on for the call, the caller's mode restored
+ *                    before it returns (the 0.1 behaviour; ~15 ns a call when
+ *                    the caller does not flush itself).
+ *   FERRY_FP_CALLER  ferry never touches the mode; results then depend on it
+ *                    (denormal inputs and products are kept if the caller
+ *                    keeps them) and steps may slow down near zero.
+ * Results are bit-identical between FLUSH and RESTORE. */
+typedef enum ferry_fp_mode {
+  FERRY_FP_FLUSH = 0,
+  FERRY_FP_RESTORE = 1,
+  FERRY_FP_CALLER = 2,
+} ferry_fp_mode;
+
 typedef struct ferry_session_options {
   size_t struct_size;  /* sizeof(ferry_session_options) */
   size_t max_batch;    /* >= 1 */
@@ -159,9 +181,12 @@ typedef struct ferry_session_options {
    * results are identical for any number of threads. Worker threads flush
    * denormals for the duration of the work, like the calling thread. */
   void* threadpool;
+  /* (0.2) The calling thread's floating-point mode (ferry_fp_mode). */
+  ferry_fp_mode fp_mode;
 } ferry_session_options;
 
-/* Fills defaults: max_batch 1, max_seq 1, backend auto, no thread pool. */
+/* Fills defaults: max_batch 1, max_seq 1, backend auto, no thread pool,
+ * FERRY_FP_FLUSH. */
 void ferry_session_options_init(ferry_session_options* options);
 
 /* Convenience for ferry_session_options.threadpool: a pthreadpool of
@@ -189,9 +214,8 @@ ferry_status ferry_session_init(const ferry_model* model,
                                 void* arena, size_t arena_size,
                                 ferry_session** session_out);
 
-/* Runs a whole sequence. Denormals are flushed to zero for the duration of
- * the call (and of ferry_step); the caller's floating-point mode is restored
- * before it returns. `input` holds batch*seq*input_size floats in the
+/* Runs a whole sequence. Denormals are flushed to zero (ferry_fp_mode says
+ * how the calling thread's mode is treated). `input` holds batch*seq*input_size floats in the
  * model's layout ([B,T,I] batch-first, else [T,B,I]; [B,I] without a time
  * axis). `lengths` is NULL (every sample has `seq` steps) or `batch` values in
  * 1..seq: each sample's valid steps; outputs past a sample's length are zero,

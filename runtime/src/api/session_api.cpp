@@ -45,6 +45,17 @@ ferry_status read_options(const ferry_session_options* o, SessionConfig* out) {
   if (out->threadpool && !threads_supported()) {
     return fail(FERRY_UNSUPPORTED, "options->threadpool: this runtime was built without pthreadpool");
   }
+  if (o->struct_size >= offsetof(ferry_session_options, fp_mode) + sizeof(o->fp_mode)) {
+    std::underlying_type<ferry_fp_mode>::type mode;
+    static_assert(sizeof(mode) == sizeof(o->fp_mode), "enum and its underlying type differ in size");
+    memcpy(&mode, &o->fp_mode, sizeof(mode));
+    if (static_cast<long long>(mode) < 0 || static_cast<long long>(mode) > FERRY_FP_CALLER) {
+      return fail(FERRY_INVALID_ARGUMENT, "fp_mode %lld is unknown", static_cast<long long>(mode));
+    }
+    out->fp_mode = static_cast<ferry_fp_mode>(mode);
+  } else {
+    out->fp_mode = FERRY_FP_RESTORE;  // what a caller of the 0.1 header was promised
+  }
   return FERRY_OK;
 }
 
@@ -129,8 +140,12 @@ ferry_status check_run(const ferry_session* s, RunCall* run, size_t capacity) {
   if (call.lengths && !m->lengths_ok) {
     return fail(FERRY_UNSUPPORTED, "per-sample lengths: a Conv1d of this model changes the number of steps");
   }
-  ferry_status st = output_steps(m, T, &run->out_steps);
-  if (st != FERRY_OK) return st;
+  ferry_status st = FERRY_OK;
+  if (m->max_conv_patch == 0) {  // no Conv1d: the steps stay the steps
+    run->out_steps = m->output_is_sequence ? T : 1;
+  } else if ((st = output_steps(m, T, &run->out_steps)) != FERRY_OK) {
+    return st;
+  }
   const size_t out_floats = run->out_steps * B * m->output_size;
   if (capacity < out_floats) {
     return fail(FERRY_INVALID_ARGUMENT, "output capacity %zu floats, the run needs %zu", capacity, out_floats);
@@ -165,7 +180,7 @@ ferry_status check_streamable(const ferry_model* m) {
 ferry_status run_checked(ferry_session* session, RunCall call, size_t capacity) {
   ferry_status st = check_session(session);
   if (st != FERRY_OK) return st;
-  FlushDenormals flush;
+  FlushDenormals flush(session->fp_mode);
   if ((st = check_run(session, &call, capacity)) != FERRY_OK) return st;
   return session->backend->run(session, call);
 }
@@ -174,7 +189,7 @@ ferry_status step_checked(ferry_session* session, RunCall call, size_t capacity)
   ferry_status st = check_session(session);
   if (st != FERRY_OK) return st;
   if ((st = check_streamable(session->model)) != FERRY_OK) return st;
-  FlushDenormals flush;
+  FlushDenormals flush(session->fp_mode);
   if ((st = check_run(session, &call, capacity)) != FERRY_OK) return st;
   return session->backend->step(session, call);
 }
@@ -222,6 +237,7 @@ extern "C" void ferry_session_options_init(ferry_session_options* options) {
   options->max_seq = 1;
   options->backend = FERRY_BACKEND_AUTO;
   options->threadpool = nullptr;
+  options->fp_mode = FERRY_FP_FLUSH;
 }
 
 extern "C" ferry_status ferry_session_init(const ferry_model* model, const ferry_session_options* options,
@@ -244,7 +260,8 @@ extern "C" ferry_status ferry_session_init(const ferry_model* model, const ferry
   }
   uint8_t* base = static_cast<uint8_t*>(arena);
   const Backend& backend = backend_for(config.backend);
-  ferry_session* s = new (base) ferry_session{&backend, model, config.max_batch, config.max_seq, nullptr};
+  ferry_session* s =
+      new (base) ferry_session{&backend, model, config.max_batch, config.max_seq, nullptr, config.fp_mode};
   if ((st = backend.init(s, config, base)) != FERRY_OK) return st;
   *session_out = s;
   return FERRY_OK;

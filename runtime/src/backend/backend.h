@@ -45,6 +45,7 @@ struct SessionConfig {
   size_t max_seq = 1;
   ferry_backend backend = FERRY_BACKEND_AUTO;
   void* threadpool = nullptr;  // pthreadpool_t or null
+  ferry_fp_mode fp_mode = FERRY_FP_FLUSH;
 };
 
 // One ferry_run / ferry_step call, arguments checked.
@@ -88,4 +89,5 @@ struct ferry_session {
   size_t max_batch;
   size_t max_seq;
   void* impl;
+  ferry_fp_mode fp_mode;
 };

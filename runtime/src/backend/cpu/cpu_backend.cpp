@@ -35,7 +35,7 @@ static_assert(sizeof(CpuSession) <= kCpuControlBytes, "CpuSession outgrew its co
 // Byte offsets of a session's regions (0 = absent, except control and state).
 struct Regions {
   size_t control = 0, state = 0, act_a = 0, act_b = 0, scratch = 0, gates = 0, gates_rec = 0, h_new = 0,
-         h_proj = 0, slots = 0, patches = 0;
+         h_proj = 0, slots = 0, patches = 0, lone = 0, program = 0;
   size_t slot_floats = 0;
   size_t xnn = 0, xnn_bytes = 0;
   size_t chunk_steps = 1;
@@ -69,6 +69,10 @@ ferry_status plan_regions(const ferry_model* m, const SessionConfig& o, const Ke
     r->slots = optional_region(arena, m->num_slots, r->slot_floats);
   }
   if (m->max_conv_patch) r->patches = optional_region(arena, kConvRows, m->max_conv_patch);
+  if (m->streamable && c.any_panel_recurrent) {
+    r->lone = arena->reserve(sizeof(LoneStep) * m->num_cells);  // <= 128 cells: no overflow
+  }
+  if (m->streamable) r->program = arena->reserve(sizeof(StepProgram) + sizeof(StepOp) * step_program_ops(m));
   if (arena->overflowed()) {
     return fail(FERRY_INVALID_ARGUMENT, "arena for max_batch %zu, max_seq %zu overflows size_t", o.max_batch,
                 o.max_seq);
@@ -131,6 +135,7 @@ ferry_status init(ferry_session* s, const SessionConfig& config, uint8_t* base) 
   cpu->slots = region(r.slots);
   cpu->patches = region(r.patches);
   cpu->slot_floats = r.slot_floats;
+
   cpu->chunk_steps = r.chunk_steps;
   if (choice.any_xnnpack) {
     // The run buffers are free until the first run: XNNPACK's row-major
@@ -138,11 +143,27 @@ ferry_status init(ferry_session* s, const SessionConfig& config, uint8_t* base) 
     st = xnn_create_ops(s, choice, base + r.xnn, r.xnn_bytes, cpu->act[0]);
     if (st != FERRY_OK) return st;
   }
+  if (r.lone) {  // after XNNPACK's packing, whose scratch may overlay this region
+    cpu->lone = reinterpret_cast<LoneStep*>(base + r.lone);
+    prepare_lone_steps(s, choice);
+  }
+  if (r.program) {
+    cpu->program = reinterpret_cast<StepProgram*>(base + r.program);
+    if (!build_step_program(s, choice, cpu->program)) cpu->program = nullptr;
+  }
   memset(cpu->state, 0, s->max_batch * m->state_floats * sizeof(float));
   return FERRY_OK;
 }
 
 ferry_status run(ferry_session* s, const RunCall& call) { return execute(s, call); }
+
+ferry_status step(ferry_session* s, const RunCall& call) {
+  if (call.batch == 1 && cpu_of(s)->program) {
+    run_step_program(s, call.input, call.output);
+    return FERRY_OK;
+  }
+  return execute(s, call);
+}
 
 // Copies between the session's internal state (max_batch rows) and the
 // public packed layout (`batch` rows). to_user selects the direction.
@@ -186,7 +207,7 @@ void state_reset(ferry_session* s) {
 }  // namespace
 
 const Backend kCpuBackend = {
-    "cpu", probe, plan, init, run, run, state_get, state_set, state_reset,
+    "cpu", probe, plan, init, run, step, state_get, state_set, state_reset,
 };
 
 }  // namespace cpu

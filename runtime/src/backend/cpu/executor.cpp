@@ -11,6 +11,12 @@ namespace ferry {
 namespace cpu {
 namespace {
 
+// Layers that read their input buffer and write only the other one (a
+// recurrent module of one layer: more ping-pong through their input).
+bool reads_input_only(const Layer& l) {
+  return l.op == Op::kLinear || l.op == Op::kConv1d || (op_is_recurrent(l.op) && l.num_layers == 1);
+}
+
 void swap(float** a, float** b) {
   float* t = *a;
   *a = *b;
@@ -40,12 +46,20 @@ ferry_status execute(ferry_session* s, const RunCall& call) {
   } else if (m->batch_first && T > 1) {
     for (size_t b = 0; b < B; ++b)
       for (size_t t = 0; t < T; ++t) memcpy(cur + (t * B + b) * I, call.input + (b * T + t) * I, I * sizeof(float));
+  } else if (T == 1 && reads_input_only(m->layers[0])) {
+    // One step is time-major already, and the first layer only reads it:
+    // it reads the caller's input where it lies (never written: `other`
+    // never becomes this pointer, see below).
+    cur = const_cast<float*>(call.input);
+    other = cpu->act[0];
   } else {
     memcpy(cur, call.input, T * B * I * sizeof(float));
   }
 
   size_t steps = T;  // time steps in `cur`; 1 after `last` / pooling
+  const float* input = call.input;
   for (uint32_t li = first; li < m->num_layers; ++li) {
+    if (other == input) other = cur == cpu->act[0] ? cpu->act[1] : cpu->act[0];
     const Layer& layer = m->layers[li];
     const kernels::KernelSet* k = cpu->kernels.layer(li);
     const size_t rows = steps * B;
