@@ -69,17 +69,39 @@ int cmd_run(int argc, char** argv) {
   info.struct_size = sizeof(info);
   check(ferry_model_get_info(lm.model, &info), "model info");
 
-  const NpyArray x = read_npy(*input_path);
+  const NpyArray x = read_npy(*input_path, info.input_is_tokens != 0);
+  const bool tokens = info.input_is_tokens != 0;
+  if (tokens && !x.is_ids) {
+    throw Error("'" + *input_path + "': the model takes token ids (its first layer is an Embedding): give an int32 or "
+                "int64 array " + (info.batch_first ? "[batch, time]" : "[time, batch]") + ", not float32");
+  }
   size_t batch = 0, seq = 1, features = 0;
-  if (info.has_time_axis) {
-    if (x.shape.size() != 3) {
-      throw Error("'" + *input_path + "': the model takes a 3-D input " +
-                  (info.batch_first ? "[batch, time, features]" : "[time, batch, features]") +
-                  ", the file holds " + std::to_string(x.shape.size()) + "-D");
+  if (tokens) {
+    if (x.shape.size() != 2) {
+      throw Error("'" + *input_path + "': the model takes 2-D token ids " +
+                  (info.batch_first ? "[batch, time]" : "[time, batch]") + ", the file holds " +
+                  std::to_string(x.shape.size()) + "-D");
     }
     batch = info.batch_first ? x.shape[0] : x.shape[1];
     seq = info.batch_first ? x.shape[1] : x.shape[0];
-    features = x.shape[2];
+    features = info.input_size;
+  } else if (info.has_time_axis) {
+    const char* layout = info.channels_first ? "[batch, features, time]"
+                         : info.batch_first  ? "[batch, time, features]"
+                                             : "[time, batch, features]";
+    if (x.shape.size() != 3) {
+      throw Error("'" + *input_path + "': the model takes a 3-D input " + layout + ", the file holds " +
+                  std::to_string(x.shape.size()) + "-D");
+    }
+    if (info.channels_first) {
+      batch = x.shape[0];
+      features = x.shape[1];
+      seq = x.shape[2];
+    } else {
+      batch = info.batch_first ? x.shape[0] : x.shape[1];
+      seq = info.batch_first ? x.shape[1] : x.shape[0];
+      features = x.shape[2];
+    }
   } else {
     if (x.shape.size() != 2) {
       throw Error("'" + *input_path + "': the model takes a 2-D input [batch, features], the file holds " +
@@ -113,35 +135,54 @@ int cmd_run(int argc, char** argv) {
 
   size_t out_floats = 0;
   check(ferry_output_floats(lm.model, batch, seq, &out_floats), "output size");
+  const size_t F = info.output_size;
+  // Output steps: seq, or what a strided / unpadded Conv1d makes of it.
+  const size_t out_seq = out_floats / (batch * F);
   NpyArray y;
   y.data.assign(out_floats, 0.0f);
   if (!info.has_time_axis || !info.output_is_sequence) {
-    y.shape = {batch, info.output_size};
+    y.shape = {batch, F};
+  } else if (info.channels_first) {
+    y.shape = {batch, F, out_seq};
   } else if (info.batch_first) {
-    y.shape = {batch, seq, info.output_size};
+    y.shape = {batch, out_seq, F};
   } else {
-    y.shape = {seq, batch, info.output_size};
+    y.shape = {out_seq, batch, F};
+  }
+  if (stream && info.output_is_sequence && out_seq != seq) {
+    throw UsageError("--stream: this model gives " + std::to_string(out_seq) + " output steps for " +
+                     std::to_string(seq) + " input steps; run it whole");
   }
 
+  // Element (b, t, f) of a [B,T,F], [T,B,F] or [B,F,T] array of `steps` steps.
+  auto at = [&](size_t b, size_t t, size_t f, size_t steps, size_t width) {
+    if (info.channels_first) return (b * width + f) * steps + t;
+    return (info.batch_first ? b * steps + t : t * batch + b) * width + f;
+  };
   const auto t0 = std::chrono::steady_clock::now();
   if (!stream) {
-    check(ferry_run(session, x.data.data(), batch, seq, lengths.empty() ? nullptr : lengths.data(),
-                    y.data.data(), y.data.size()),
-          "run");
+    const int32_t* len = lengths.empty() ? nullptr : lengths.data();
+    if (tokens) {
+      check(ferry_run_tokens(session, x.ids.data(), batch, seq, len, y.data.data(), y.data.size()), "run");
+    } else {
+      check(ferry_run(session, x.data.data(), batch, seq, len, y.data.data(), y.data.size()), "run");
+    }
   } else {
-    const size_t I = info.input_size, F = info.output_size;
+    const size_t I = info.input_size;
     std::vector<float> xt(batch * I), yt(batch * F);
+    std::vector<int32_t> idt(batch);
     for (size_t t = 0; t < seq; ++t) {
-      for (size_t b = 0; b < batch; ++b) {
-        const size_t src = info.batch_first ? (b * seq + t) * I : (t * batch + b) * I;
-        std::memcpy(&xt[b * I], &x.data[src], I * sizeof(float));
+      if (tokens) {
+        for (size_t b = 0; b < batch; ++b) idt[b] = x.ids[info.batch_first ? b * seq + t : t * batch + b];
+        check(ferry_step_tokens(session, idt.data(), batch, yt.data(), yt.size()), "step " + std::to_string(t));
+      } else {
+        for (size_t b = 0; b < batch; ++b)
+          for (size_t f = 0; f < I; ++f) xt[b * I + f] = x.data[at(b, t, f, seq, I)];
+        check(ferry_step(session, xt.data(), batch, yt.data(), yt.size()), "step " + std::to_string(t));
       }
-      check(ferry_step(session, xt.data(), batch, yt.data(), yt.size()), "step " + std::to_string(t));
       if (info.output_is_sequence) {
-        for (size_t b = 0; b < batch; ++b) {
-          const size_t dst = info.batch_first ? (b * seq + t) * F : (t * batch + b) * F;
-          std::memcpy(&y.data[dst], &yt[b * F], F * sizeof(float));
-        }
+        for (size_t b = 0; b < batch; ++b)
+          for (size_t f = 0; f < F; ++f) y.data[at(b, t, f, seq, F)] = yt[b * F + f];
       } else if (t + 1 == seq) {
         y.data = yt;
       }

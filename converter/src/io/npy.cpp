@@ -1,5 +1,6 @@
 #include "io/npy.h"
 
+#include <cstdint>
 #include <cstring>
 
 #include "error.h"
@@ -31,7 +32,7 @@ std::string dict_value(const std::string& header, const std::string& key, const 
 
 }  // namespace
 
-NpyArray parse_npy(const uint8_t* bytes, size_t size, const std::string& what) {
+NpyArray parse_npy(const uint8_t* bytes, size_t size, const std::string& what, bool allow_ids) {
   static const uint8_t kMagic[6] = {0x93, 'N', 'U', 'M', 'P', 'Y'};
   if (size < 10 || std::memcmp(bytes, kMagic, 6) != 0) {
     throw Error(what + ": not a .npy file (no \\x93NUMPY magic)");
@@ -51,9 +52,15 @@ NpyArray parse_npy(const uint8_t* bytes, size_t size, const std::string& what) {
   if (header_len > size - start) throw Error(what + ": .npy header runs past the end of the file");
   const std::string header(reinterpret_cast<const char*>(bytes + start), header_len);
   const std::string descr = dict_value(header, "descr", what);
-  if (descr != "'<f4'" && descr != "'|f4'" && descr != "'float32'") {
-    throw Error(what + ": dtype " + descr + ", ferry reads float32 ('<f4'); convert with x.astype(np.float32)");
+  const bool f32 = descr == "'<f4'" || descr == "'|f4'" || descr == "'float32'";
+  const bool i32 = descr == "'<i4'" || descr == "'int32'";
+  const bool i64 = descr == "'<i8'" || descr == "'int64'";
+  if (!f32 && !(allow_ids && (i32 || i64))) {
+    throw Error(what + ": dtype " + descr +
+                (allow_ids ? ", ferry reads float32 ('<f4') or, for token ids, int32 / int64"
+                           : ", ferry reads float32 ('<f4'); convert with x.astype(np.float32)"));
   }
+  const size_t elem = i64 ? 8 : 4;
   if (dict_value(header, "fortran_order", what) != "False") {
     throw Error(what + ": Fortran-ordered array; save it C-ordered (np.ascontiguousarray)");
   }
@@ -74,18 +81,37 @@ NpyArray parse_npy(const uint8_t* bytes, size_t size, const std::string& what) {
   }
   const size_t data_start = start + header_len;
   size_t nbytes = 0;
-  if (__builtin_mul_overflow(count, sizeof(float), &nbytes) || nbytes != size - data_start) {
-    throw Error(what + ": shape " + shape_text + " needs " + std::to_string(count) + " floats, the file holds " +
-                std::to_string((size - data_start) / sizeof(float)));
+  if (__builtin_mul_overflow(count, elem, &nbytes) || nbytes != size - data_start) {
+    throw Error(what + ": shape " + shape_text + " needs " + std::to_string(count) + " values, the file holds " +
+                std::to_string((size - data_start) / elem));
   }
-  a.data.resize(count);
-  if (count) std::memcpy(a.data.data(), bytes + data_start, nbytes);
+  if (f32) {
+    a.data.resize(count);
+    if (count) std::memcpy(a.data.data(), bytes + data_start, nbytes);
+    return a;
+  }
+  a.is_ids = true;
+  a.ids.resize(count);
+  for (size_t i = 0; i < count; ++i) {
+    int64_t v = 0;
+    if (i64) {
+      std::memcpy(&v, bytes + data_start + i * 8, 8);
+    } else {
+      int32_t v32 = 0;
+      std::memcpy(&v32, bytes + data_start + i * 4, 4);
+      v = v32;
+    }
+    if (v < INT32_MIN || v > INT32_MAX) {
+      throw Error(what + ": id " + std::to_string(v) + " at index " + std::to_string(i) + " does not fit int32");
+    }
+    a.ids[i] = static_cast<int32_t>(v);
+  }
   return a;
 }
 
-NpyArray read_npy(const std::string& path) {
+NpyArray read_npy(const std::string& path, bool allow_ids) {
   MappedFile file(path);
-  return parse_npy(file.data(), file.size(), "'" + path + "'");
+  return parse_npy(file.data(), file.size(), "'" + path + "'", allow_ids);
 }
 
 void write_npy(const std::string& path, const NpyArray& array) {

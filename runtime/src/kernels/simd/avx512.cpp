@@ -5,35 +5,29 @@
 // accumulators over 4 panels; measured 1.3x at H = 64 and 256). The GRU step
 // stays AVX2 (its 96-byte panel rows split every other 64-byte load across
 // two lines: measured slower), and so do the updates, element-wise ops and
-// RNN steps. Compiled alone with -mavx512f; entered only
-// through avx512_kernels() after CPU detection.
+// RNN steps. Compiled alone with -mavx512f; entered only through
+// f32_avx512_kernel_set() after CPU detection (kernels/registry.cpp).
 //
 // One zmm holds two adjacent Panel8 vectors: gates g and g+1 of one panel are
 // contiguous in a panel row (and in a panel-order output row) when g is even
-// and g+1 < G: the LSTM's 4 gates = 2 zmm per panel row. Each lane is still the FMA chain of simd.h (init,
-// then k ascending), and the nonlinearities are the AVX2 code on the 256-bit
-// halves, so every result is bit for bit the AVX2 table's.
-#include "kernels/simd/simd.h"
+// and g+1 < G: the LSTM's 4 gates = 2 zmm per panel row. Each lane is still
+// the FMA chain of kernels/kernel_set.h (init, then k ascending), and the
+// nonlinearities are the AVX2 code on the 256-bit halves, so every result is
+// bit for bit the AVX2 set's. The set is f32_avx2's table with those two
+// entries (and the LSTM step group) replaced.
+#include "kernels/simd/isa.h"
+#include "kernels/reference/reference.h"
 
 #if defined(__x86_64__) && defined(__AVX512F__)
 
 #include <immintrin.h>
 
 namespace ferry {
-namespace simd {
+namespace kernels {
 
-// The AVX2 kernels (avx2.cpp) this table shares.
+// The AVX2 set's entry points (avx2.cpp), which this set shares.
 namespace avx2 {
-void f32_gemm_panel8_6x16__avx2(const GemmArgs& a, size_t m0, size_t m1, uint32_t q0, uint32_t q1);
-void f32_lstm_step_1x16__avx2(const StepArgs& a, uint32_t p0, uint32_t p1);
-void f32_gru_step_1x24__avx2(const StepArgs& a, uint32_t p0, uint32_t p1);
-void f32_rnn_step_1x64__avx2(const StepArgs& a, uint32_t p0, uint32_t p1);
-void f32_lstm_update_x8__avx2(const UpdateArgs& a, uint32_t p0, uint32_t p1);
-void f32_gru_update_x8__avx2(const UpdateArgs& a, uint32_t p0, uint32_t p1);
-void f32_rnn_update_x8__avx2(const UpdateArgs& a, uint32_t p0, uint32_t p1);
-void f32_vtanh_x8__avx2(float* x, size_t n);
-void f32_vsigmoid_x8__avx2(float* x, size_t n);
-void f32_vrelu_x8__avx2(float* x, size_t n);
+#include "kernels/simd/entry_points.inl"
 }  // namespace avx2
 
 namespace avx512 {
@@ -48,13 +42,11 @@ namespace {
 // MR rows x NZ zmm (2*NZ vectors starting at the even vector q0).
 template <int MR, int NZ>
 void tile(const GemmArgs& g, size_t m0, uint32_t q0) {
-  const size_t gates = g.gates, kk = g.k, ldw = gates * 8;
+  const uint32_t gates = g.w->gates;
+  const size_t kk = g.w->cols, ldw = layout::panel8_column_stride(gates);
   const float* wz[NZ];
 #pragma GCC unroll 8
-  for (int z = 0; z < NZ; ++z) {
-    const size_t q = q0 + 2 * static_cast<uint32_t>(z);
-    wz[z] = g.w + ((q / gates) * kk * gates + q % gates) * 8;
-  }
+  for (int z = 0; z < NZ; ++z) wz[z] = g.w->f32() + layout::panel8_vector_index(gates, kk, q0 + 2 * static_cast<uint32_t>(z));
   const float* a[MR];
 #pragma GCC unroll 8
   for (int m = 0; m < MR; ++m) a[m] = g.a + (m0 + m) * g.lda;
@@ -67,7 +59,7 @@ void tile(const GemmArgs& g, size_t m0, uint32_t q0) {
       if (g.c_init) {
         acc[m][z] = _mm512_loadu_ps(g.c_init + (m0 + m) * g.ldc + col);
       } else if (g.bias) {
-        acc[m][z] = _mm512_loadu_ps(g.bias + col);
+        acc[m][z] = _mm512_loadu_ps(g.bias->f32() + col);
       } else {
         acc[m][z] = _mm512_setzero_ps();
       }
@@ -122,13 +114,14 @@ uint32_t sweep_vectors(const GemmArgs& g, size_t m0, uint32_t q, uint32_t q1) {
 // 8 rows x 2 zmm (32 lanes: a whole LSTM panel row) is the main tile: 16
 // accumulators, 2 weight registers, 1 broadcast, of 32 zmm; per k, 10 loads
 // feed 16 FMAs.
-void f32_gemm_panel8_8x32__avx512(const GemmArgs& g, size_t m0, size_t m1, uint32_t q0, uint32_t q1) {
-  if (g.gates % 2 != 0 || size_t{q1} * 8 > g.n_store) {
-    avx2::f32_gemm_panel8_6x16__avx2(g, m0, m1, q0, q1);
+void gemm_panel8_8x32(const GemmArgs& g, size_t m0, size_t m1, uint32_t q0, uint32_t q1) {
+  const auto avx2_gemm = avx2::gemm_panel8;
+  if (g.w->gates % 2 != 0 || size_t{q1} * 8 > g.n_store) {
+    avx2_gemm(g, m0, m1, q0, q1);
     return;
   }
   if (q0 % 2 != 0) {  // a lone odd vector first
-    avx2::f32_gemm_panel8_6x16__avx2(g, m0, m1, q0, q0 + 1);
+    avx2_gemm(g, m0, m1, q0, q0 + 1);
     ++q0;
   }
   uint32_t q = q0;
@@ -144,7 +137,7 @@ void f32_gemm_panel8_8x32__avx512(const GemmArgs& g, size_t m0, size_t m1, uint3
   } else if (rows == 1) {
     q = sweep_vectors<1>(g, m0, q, q1);
   }
-  if (q < q1) avx2::f32_gemm_panel8_6x16__avx2(g, m0, m1, q, q1);  // a last odd vector
+  if (q < q1) avx2_gemm(g, m0, m1, q, q1);  // a last odd vector
 }
 
 // ---------------------------------------------------------- fused steps --
@@ -157,8 +150,10 @@ FERRY_VEC_INLINE Vec hi(__m512 v) {
 // acc[i][0..1] = the two zmm of an LSTM panel row (i,f | g,o): += x[k] * W.
 // One pointer per panel stream (see kernels.inl: accumulate).
 template <int NP>
-FERRY_VEC_INLINE void accumulate_lstm(__m512 (&acc)[NP][2], const float* w, uint32_t kk, const float* x, uint32_t p) {
-  const size_t panel = size_t{kk} * 32;
+FERRY_VEC_INLINE void accumulate_lstm(__m512 (&acc)[NP][2], const Weight& weight, const float* x, uint32_t p) {
+  const float* w = weight.f32();
+  const uint32_t kk = weight.cols;
+  const size_t panel = layout::panel8_panel_elements(4, kk);
   const float* wi[NP];
 #pragma GCC unroll 8
   for (int i = 0; i < NP; ++i) wi[i] = w + (p + i) * panel;
@@ -178,13 +173,13 @@ void lstm_step_panels_x4(const StepArgs& s, uint32_t p) {
   __m512 acc[NP][2];
 #pragma GCC unroll 8
   for (int i = 0; i < NP; ++i) {
-    const float* init = s.pre ? s.pre : s.bias;
+    const float* init = s.pre ? s.pre : s.bias ? s.bias->f32() : nullptr;
     const size_t col = (size_t{p} + i) * 32;
     acc[i][0] = init ? _mm512_loadu_ps(init + col) : _mm512_setzero_ps();
     acc[i][1] = init ? _mm512_loadu_ps(init + col + 16) : _mm512_setzero_ps();
   }
-  if (!s.pre && s.w_ih) accumulate_lstm<NP>(acc, s.w_ih, s.in, s.x, p);
-  accumulate_lstm<NP>(acc, s.w_hh, s.h_in, s.h, p);
+  if (!s.pre && s.w_ih) accumulate_lstm<NP>(acc, *s.w_ih, s.x, p);
+  accumulate_lstm<NP>(acc, *s.w_hh, s.h, p);
 #pragma GCC unroll 8
   for (int i = 0; i < NP; ++i) {
     lstm_finish(lo(acc[i][0]), hi(acc[i][0]), lo(acc[i][1]), hi(acc[i][1]), s.c, s.h_new, p + i, s.hidden);
@@ -192,42 +187,35 @@ void lstm_step_panels_x4(const StepArgs& s, uint32_t p) {
 }
 
 // Four panels at a time (8 chains); the rest on the AVX2 code.
-void f32_lstm_step_1x32__avx512(const StepArgs& s, uint32_t p0, uint32_t p1) {
+void lstm_step_1x32(const StepArgs& s, uint32_t p0, uint32_t p1) {
   uint32_t p = p0;
   for (; p + 4 <= p1; p += 4) lstm_step_panels_x4<4>(s, p);
-  if (p < p1) avx2::f32_lstm_step_1x16__avx2(s, p, p1);
+  if (p < p1) avx2::lstm_step(s, p, p1);
 }
 
 }  // namespace
 }  // namespace avx512
 
-const Kernels* avx512_kernels() {
-  static const Kernels table = {
-      "avx512",
-      {4, 3, 8},
-      avx512::f32_gemm_panel8_8x32__avx512,
-      avx512::f32_lstm_step_1x32__avx512,
-      avx2::f32_gru_step_1x24__avx2,
-      avx2::f32_rnn_step_1x64__avx2,
-      avx2::f32_lstm_update_x8__avx2,
-      avx2::f32_gru_update_x8__avx2,
-      avx2::f32_rnn_update_x8__avx2,
-      avx2::f32_vtanh_x8__avx2,
-      avx2::f32_vsigmoid_x8__avx2,
-      avx2::f32_vrelu_x8__avx2,
-  };
-  return &table;
-}
+namespace avx512 {
+using namespace avx2;  // every entry this set does not replace
+#define FERRY_KERNEL_SET_NAME "f32_avx512"
+#define FERRY_SET_GEMM gemm_panel8_8x32
+#define FERRY_SET_LSTM_STEP lstm_step_1x32
+#define FERRY_SET_LSTM_GROUP 4
+#include "kernels/simd/table.inl"
+}  // namespace avx512
 
-}  // namespace simd
+const KernelSet* f32_avx512_kernel_set() { return &avx512::f32_kernel_set; }
+
+}  // namespace kernels
 }  // namespace ferry
 
 #else
 
 namespace ferry {
-namespace simd {
-const Kernels* avx512_kernels() { return nullptr; }
-}  // namespace simd
+namespace kernels {
+const KernelSet* f32_avx512_kernel_set() { return nullptr; }
+}  // namespace kernels
 }  // namespace ferry
 
 #endif

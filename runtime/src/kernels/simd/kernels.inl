@@ -1,12 +1,18 @@
 // SIMD kernels, written once over the 8-lane `Vec` of vec_<isa>.h and
 // compiled once per ISA: avx2.cpp and neon.cpp include this file inside their
-// own namespace, after their vector header. See simd.h for the argument
-// structs, the Panel8 layout and the numeric contract (one FMA chain per
-// output, bias first, k ascending) that every function here keeps.
+// own namespace, after their vector header. See kernels/kernel_set.h for the
+// argument structs and the numeric contract (one FMA chain per output, bias
+// first, k ascending) that every function here keeps, and
+// shared/weight_layout.h for the Panel8 layout.
 //
 // No function here allocates, calls libm or touches anything but its
 // arguments; tails (H not a multiple of 8) go through an 8-float stack copy.
 // The vector math (nonlinearities, state updates) is math.inl, included first.
+// The entry points (entry_points.inl) have external linkage in the ISA's
+// namespace, so another ISA's table can use them (avx512.cpp); table.inl
+// makes the ISA's kernel set of them.
+
+#include "kernels/simd/entry_points.inl"
 
 // ---------------------------------------------------------------- GEMM --
 //
@@ -18,13 +24,11 @@
 
 template <int MR, int NV>
 static void gemm_tile(const GemmArgs& g, size_t m0, uint32_t q0) {
-  const size_t gates = g.gates, kk = g.k, ldw = gates * 8;
+  const uint32_t gates = g.w->gates;
+  const size_t kk = g.w->cols, ldw = layout::panel8_column_stride(gates);
   const float* wv[NV];
 #pragma GCC unroll 8
-  for (int v = 0; v < NV; ++v) {
-    const size_t q = q0 + static_cast<uint32_t>(v);
-    wv[v] = g.w + ((q / gates) * kk * gates + q % gates) * 8;
-  }
+  for (int v = 0; v < NV; ++v) wv[v] = g.w->f32() + layout::panel8_vector_index(gates, kk, q0 + static_cast<uint32_t>(v));
   const float* a[MR];
 #pragma GCC unroll 8
   for (int m = 0; m < MR; ++m) a[m] = g.a + (m0 + m) * g.lda;
@@ -37,7 +41,7 @@ static void gemm_tile(const GemmArgs& g, size_t m0, uint32_t q0) {
       if (g.c_init) {
         acc[m][v] = vload(g.c_init + (m0 + m) * g.ldc + col);
       } else if (g.bias) {
-        acc[m][v] = vload(g.bias + col);
+        acc[m][v] = vload(g.bias->f32() + col);
       } else {
         acc[m][v] = vzero();
       }
@@ -104,7 +108,7 @@ static void gemm_sweep_vectors(const GemmArgs& g, size_t m0, uint32_t q0, uint32
   if (q < q1) gemm_tile<MR, 1>(g, m0, q);
 }
 
-static void gemm_panel8(const GemmArgs& g, size_t m0, size_t m1, uint32_t q0, uint32_t q1) {
+void gemm_panel8(const GemmArgs& g, size_t m0, size_t m1, uint32_t q0, uint32_t q1) {
   const size_t rows = m1 - m0;
   if (rows >= 4) {
     // Vector pairs outside, rows inside: the pair's weights ([K][16] floats)
@@ -123,14 +127,14 @@ static void gemm_panel8(const GemmArgs& g, size_t m0, size_t m1, uint32_t q0, ui
 }
 
 // Batched: gates already in a panel-order row (computed by gemm_panel8).
-static void lstm_update(const UpdateArgs& u, uint32_t p0, uint32_t p1) {
+void lstm_update(const UpdateArgs& u, uint32_t p0, uint32_t p1) {
   for (uint32_t p = p0; p < p1; ++p) {
     const float* g = u.gates + size_t{p} * 32;
     lstm_finish(vload(g), vload(g + 8), vload(g + 16), vload(g + 24), u.c, u.h_new, p, u.hidden);
   }
 }
 
-static void gru_update(const UpdateArgs& u, uint32_t p0, uint32_t p1) {
+void gru_update(const UpdateArgs& u, uint32_t p0, uint32_t p1) {
   for (uint32_t p = p0; p < p1; ++p) {
     const float* g = u.gates + size_t{p} * 24;
     gru_finish(vload(g), vload(g + 8), vload(u.pre + size_t{p} * 24 + 16), vload(g + 16), u.h, u.h_new, p,
@@ -138,7 +142,7 @@ static void gru_update(const UpdateArgs& u, uint32_t p0, uint32_t p1) {
   }
 }
 
-static void rnn_update(const UpdateArgs& u, uint32_t p0, uint32_t p1) {
+void rnn_update(const UpdateArgs& u, uint32_t p0, uint32_t p1) {
   for (uint32_t p = p0; p < p1; ++p) rnn_finish(vload(u.gates + size_t{p} * 8), u.relu, u.h_new, p, u.hidden);
 }
 
@@ -155,8 +159,10 @@ static void rnn_update(const UpdateArgs& u, uint32_t p0, uint32_t p1) {
 // constant], which x86 keeps micro-fused into its FMA (an indexed address
 // would cost an extra micro-op per load).
 template <int NP, int G>
-FERRY_VEC_INLINE void accumulate(Vec (&acc)[NP][G], const float* w, uint32_t kk, const float* x, uint32_t p) {
-  const size_t panel = size_t{kk} * G * 8;
+FERRY_VEC_INLINE void accumulate(Vec (&acc)[NP][G], const Weight& weight, const float* x, uint32_t p) {
+  const float* w = weight.f32();
+  const uint32_t kk = weight.cols;
+  const size_t panel = layout::panel8_panel_elements(G, kk);
   const float* wi[NP];
 #pragma GCC unroll 8
   for (int i = 0; i < NP; ++i) wi[i] = w + (p + i) * panel;
@@ -175,7 +181,7 @@ FERRY_VEC_INLINE void accumulate(Vec (&acc)[NP][G], const float* w, uint32_t kk,
 // the bias, else 0.
 FERRY_VEC_INLINE Vec chain_init(const StepArgs& s, size_t col) {
   if (s.pre) return vload(s.pre + col);
-  if (s.bias) return vload(s.bias + col);
+  if (s.bias) return vload(s.bias->f32() + col);
   return vzero();
 }
 
@@ -186,8 +192,8 @@ static void lstm_step_panels(const StepArgs& s, uint32_t p) {
   for (int i = 0; i < NP; ++i)
 #pragma GCC unroll 4
     for (int g = 0; g < 4; ++g) acc[i][g] = chain_init(s, ((size_t{p} + i) * 4 + g) * 8);
-  if (!s.pre && s.w_ih) accumulate<NP, 4>(acc, s.w_ih, s.in, s.x, p);
-  accumulate<NP, 4>(acc, s.w_hh, s.h_in, s.h, p);
+  if (!s.pre && s.w_ih) accumulate<NP, 4>(acc, *s.w_ih, s.x, p);
+  accumulate<NP, 4>(acc, *s.w_hh, s.h, p);
 #pragma GCC unroll 8
   for (int i = 0; i < NP; ++i) lstm_finish(acc[i][0], acc[i][1], acc[i][2], acc[i][3], s.c, s.h_new, p + i, s.hidden);
 }
@@ -203,13 +209,13 @@ static void gru_step_panels(const StepArgs& s, uint32_t p) {
   for (int i = 0; i < NP; ++i)
 #pragma GCC unroll 4
     for (int g = 0; g < 3; ++g) acc[i][g] = chain_init(s, ((size_t{p} + i) * 3 + g) * 8);
-  if (!s.pre && s.w_ih) accumulate<NP, 3>(acc, s.w_ih, s.in, s.x, p);
+  if (!s.pre && s.w_ih) accumulate<NP, 3>(acc, *s.w_ih, s.x, p);
 #pragma GCC unroll 8
   for (int i = 0; i < NP; ++i) {
     nx[i] = acc[i][2];
-    acc[i][2] = s.b_hn ? vload(s.b_hn + (size_t{p} + i) * 8) : vzero();
+    acc[i][2] = s.b_hn ? vload(s.b_hn->f32() + (size_t{p} + i) * 8) : vzero();
   }
-  accumulate<NP, 3>(acc, s.w_hh, s.h_in, s.h, p);
+  accumulate<NP, 3>(acc, *s.w_hh, s.h, p);
 #pragma GCC unroll 8
   for (int i = 0; i < NP; ++i) gru_finish(acc[i][0], acc[i][1], nx[i], acc[i][2], s.h, s.h_new, p + i, s.hidden);
 }
@@ -219,19 +225,19 @@ static void rnn_step_panels(const StepArgs& s, uint32_t p) {
   Vec acc[NP][1];
 #pragma GCC unroll 8
   for (int i = 0; i < NP; ++i) acc[i][0] = chain_init(s, (size_t{p} + i) * 8);
-  if (!s.pre && s.w_ih) accumulate<NP, 1>(acc, s.w_ih, s.in, s.x, p);
-  accumulate<NP, 1>(acc, s.w_hh, s.h_in, s.h, p);
+  if (!s.pre && s.w_ih) accumulate<NP, 1>(acc, *s.w_ih, s.x, p);
+  accumulate<NP, 1>(acc, *s.w_hh, s.h, p);
 #pragma GCC unroll 8
   for (int i = 0; i < NP; ++i) rnn_finish(acc[i][0], s.relu, s.h_new, p + i, s.hidden);
 }
 
-static void lstm_step(const StepArgs& s, uint32_t p0, uint32_t p1) {
+void lstm_step(const StepArgs& s, uint32_t p0, uint32_t p1) {
   uint32_t p = p0;
   for (; p + 2 <= p1; p += 2) lstm_step_panels<2>(s, p);
   if (p < p1) lstm_step_panels<1>(s, p);
 }
 
-static void gru_step(const StepArgs& s, uint32_t p0, uint32_t p1) {
+void gru_step(const StepArgs& s, uint32_t p0, uint32_t p1) {
   uint32_t p = p0;
   for (; p + 3 <= p1; p += 3) gru_step_panels<3>(s, p);
   if (p + 2 <= p1) {
@@ -241,7 +247,7 @@ static void gru_step(const StepArgs& s, uint32_t p0, uint32_t p1) {
   if (p < p1) gru_step_panels<1>(s, p);
 }
 
-static void rnn_step(const StepArgs& s, uint32_t p0, uint32_t p1) {
+void rnn_step(const StepArgs& s, uint32_t p0, uint32_t p1) {
   uint32_t p = p0;
   for (; p + 8 <= p1; p += 8) rnn_step_panels<8>(s, p);
   if (p + 4 <= p1) {
@@ -271,6 +277,81 @@ static Vec vtanh_fn(Vec x) { return vtanh(x); }
 static Vec vsigmoid_fn(Vec x) { return vsigmoid(x); }
 static Vec vrelu_fn(Vec x) { return vrelu(x); }
 
-static void tanh_inplace(float* x, size_t n) { map_inplace<vtanh_fn>(x, n); }
-static void sigmoid_inplace(float* x, size_t n) { map_inplace<vsigmoid_fn>(x, n); }
-static void relu_inplace(float* x, size_t n) { map_inplace<vrelu_fn>(x, n); }
+void tanh_inplace(float* x, size_t n) { map_inplace<vtanh_fn>(x, n); }
+void sigmoid_inplace(float* x, size_t n) { map_inplace<vsigmoid_fn>(x, n); }
+void relu_inplace(float* x, size_t n) { map_inplace<vrelu_fn>(x, n); }
+
+// Format 1.2 element-wise ops, each lane independent (so any split into
+// calls gives the same bits).
+
+FERRY_VEC_INLINE Vec vsilu(Vec x) { return vmul(x, vsigmoid(x)); }
+
+FERRY_VEC_INLINE Vec vgelu_tanh(Vec x) {
+  const Vec inner = vmul(vset1(0.79788456080286536f), vfma(vmul(vset1(0.044715f), vmul(x, x)), x, x));
+  return vmul(vmul(vset1(0.5f), x), vadd(vset1(1.0f), vtanh(inner)));
+}
+
+static Vec vsilu_fn(Vec x) { return vsilu(x); }
+static Vec vgelu_tanh_fn(Vec x) { return vgelu_tanh(x); }
+
+void silu_inplace(float* x, size_t n) { map_inplace<vsilu_fn>(x, n); }
+void gelu_tanh_inplace(float* x, size_t n) { map_inplace<vgelu_tanh_fn>(x, n); }
+
+// F(x, parameters) over n floats, 8 at a time then the tail.
+template <typename F>
+FERRY_VEC_INLINE void map_with(float* x, size_t n, F f) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) vstore(x + i, f(vload(x + i)));
+  if (i < n) {
+    const uint32_t left = static_cast<uint32_t>(n - i);
+    vstore_partial(x + i, f(vload_partial(x + i, left)), left);
+  }
+}
+
+void leaky_relu_inplace(float* x, size_t n, float slope) {
+  const Vec s = vset1(slope);
+  map_with(x, n, [s](Vec v) { return vselect_positive(v, v, vmul(v, s)); });
+}
+
+void elu_inplace(float* x, size_t n, float alpha) {
+  const Vec a = vset1(alpha);
+  map_with(x, n, [a](Vec v) { return vselect_positive(v, v, vmul(a, vsub(vexp_nonpositive(v), vset1(1.0f)))); });
+}
+
+void hardtanh_inplace(float* x, size_t n, float lo, float hi) {
+  const Vec l = vset1(lo), h = vset1(hi);
+  map_with(x, n, [l, h](Vec v) { return vmin(h, vmax(l, v)); });  // constants first: NaN stays NaN
+}
+
+void prelu_rows(float* x, size_t rows, size_t n, const float* w, size_t w_count) {
+  for (size_t r = 0; r < rows; ++r, x += n) {
+    if (w_count == 1) {
+      leaky_relu_inplace(x, n, w[0]);
+      continue;
+    }
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+      const Vec v = vload(x + i);
+      vstore(x + i, vselect_positive(v, v, vmul(vload(w + i), v)));
+    }
+    if (i < n) {
+      const uint32_t left = static_cast<uint32_t>(n - i);
+      const Vec v = vload_partial(x + i, left);
+      vstore_partial(x + i, vselect_positive(v, v, vmul(vload_partial(w + i, left), v)), left);
+    }
+  }
+}
+
+// x * scale + shift, one rounding each (as the reference: no fused multiply-add).
+void scale_shift_rows(float* x, size_t rows, size_t n, const float* scale, const float* shift) {
+  for (size_t r = 0; r < rows; ++r, x += n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) vstore(x + i, vadd(vmul(vload(x + i), vload(scale + i)), vload(shift + i)));
+    if (i < n) {
+      const uint32_t left = static_cast<uint32_t>(n - i);
+      vstore_partial(x + i, vadd(vmul(vload_partial(x + i, left), vload_partial(scale + i, left)),
+                                 vload_partial(shift + i, left)),
+                     left);
+    }
+  }
+}

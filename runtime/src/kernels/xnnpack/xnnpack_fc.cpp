@@ -1,6 +1,6 @@
 #include "kernels/xnnpack/xnnpack_fc.h"
 
-#include "status.h"
+#include "common/status.h"
 
 #ifdef FERRY_HAVE_XNNPACK
 

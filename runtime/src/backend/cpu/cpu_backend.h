@@ -1,0 +1,219 @@
+// The CPU backend: serves FERRY_BACKEND_AUTO, REFERENCE, SIMD and XNNPACK,
+// which differ only in how a kernel set is chosen per layer.
+//
+// Map of this folder:
+//   cpu_backend.cpp    the Backend entry: probe, plan (the arena regions),
+//                      init, run, step, state
+//   kernel_select.cpp  the per-layer choice of kernel set (op, dtype, weight
+//                      layout, ISA) and of XNNPACK, made once at init
+//   executor.cpp       the chain executor: layout in and out, one case per op
+//   recurrent.cpp      the one recurrent loop (layers, directions, chunks of
+//                      time steps, per-sample lengths) and the two step
+//                      strategies of kernels/kernel_set.h
+//   products.cpp       matrix products split over threads: input
+//                      projections, Linear layers, projections; XNNPACK
+//                      where chosen
+//   xnnpack_ops.cpp    XNNPACK's operators in the arena (sizes, creation,
+//                      the auto agreement probe)
+//
+// Backends, per layer:
+//   reference  f32_reference, the scalar oracle; reads RowMajor and Panel8.
+//   simd       the best SIMD set of the layer's dtype on Panel8 weights.
+//   xnnpack    simd, with XNNPACK's f32 fully-connected for the input
+//              projections of a chunk of time steps and for Linear layers
+//              (XNNPACK has no recurrent op).
+//   auto       simd where the CPU and the file allow, else reference; and
+//              XNNPACK for the large products of a run where its GEMMs beat
+//              ours (Arm: hand-written assembly), once a probe at init has
+//              shown its results equal the simd kernels' bit for bit (both
+//              one FMA chain per output: kernels/kernel_set.h).
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "kernels/kernel_set.h"
+#include "model/model.h"
+
+namespace ferry {
+namespace cpu {
+
+// A call with at least this many rows uses XNNPACK where auto chose it.
+constexpr size_t kXnnpackMinRows = 32;
+// Rows (time steps x batch) of input projection computed per chunk of a run.
+// Small enough that the chunk's gate buffer (64 x 4H floats: 256 KiB at
+// H = 256) stays in L2 beside W_hh while the steps consume it, large enough
+// for the GEMM (and XNNPACK) to run at full speed; W_ih is re-read once per
+// chunk.
+constexpr size_t kChunkRows = 64;
+// Output rows (steps x batch) a Conv1d computes per GEMM call: its patches
+// (im2col rows) are gathered this many at a time.
+constexpr size_t kConvRows = 64;
+// Distinct kernel sets one session uses (per dtype: a SIMD set and the
+// reference; two dtypes at most in one model).
+constexpr uint32_t kMaxSessionKernelSets = 4;
+
+// The kernel set of each layer, compactly (it lives in the session).
+struct LayerKernels {
+  const kernels::KernelSet* sets[kMaxSessionKernelSets] = {};
+  uint8_t layer_set[kMaxChain] = {};  // index into sets
+
+  const kernels::KernelSet* layer(uint32_t i) const { return sets[layer_set[i]]; }
+};
+
+// What a session runs each layer with: a pure function of (model, config,
+// CPU, build), computed identically by plan and init.
+struct KernelChoice {
+  LayerKernels kernels;
+  bool xnn_cell[kMaxCells] = {};      // XNNPACK input projection for this cell
+  bool xnn_linear[kMaxChain] = {};    // XNNPACK for this Linear layer
+  bool xnn_always = false;            // xnnpack backend: every call, whatever its rows
+  bool any_per_sample = false;        // some layer on a kPerSample set
+  bool any_panel_recurrent = false;   // some recurrent layer on a kPanels set
+  bool any_panel_gru = false;
+  bool any_panel_projection = false;
+  bool any_xnnpack = false;
+};
+
+ferry_status choose_kernels(const ferry_model* m, const SessionConfig& config, KernelChoice* out);
+
+// Time steps per input-projection chunk for `max_batch` rows per step.
+size_t chunk_steps(size_t max_batch, size_t max_seq);
+
+// Floats of the widest panel-order gate row of any recurrent layer.
+uint32_t max_gate_cols(const ferry_model* m);
+
+// A lone step (ferry_step of one sample) through one cell of a kPanels
+// layer, laid out at init: only the input and the output row change per
+// call (recurrent.cpp).
+struct LoneStep {
+  const kernels::KernelSet* k;  // null: this cell takes the general path
+  int kind;                     // kernels::kind_index
+  uint32_t panels;              // of its hidden units
+  size_t tile, work;            // for a thread pool
+  float* h;                     // its hidden state (row 0)
+  kernels::StepArgs args;       // x and h_new are set per call
+};
+
+struct StepProgram;  // below
+
+// The CPU backend's control block, in the arena after the ferry_session
+// header.
+struct CpuSession {
+  void* threadpool;  // pthreadpool_t or null
+  size_t threads;    // of the pool; 1 without
+  LayerKernels kernels;
+  bool xnn_always;   // KernelChoice::xnn_always
+  float* state;      // per layer: h [cells][max_batch][h_out], then c [cells][max_batch][H]
+  float* act[2];     // ping-pong activations [T][B][F]
+  float* scratch;    // kPerSample: per-step gate values of one sample
+  // kPanels (null when no layer runs there):
+  float* gates;      // [chunk rows][max_gate_cols]: input parts, panel order
+  float* gates_rec;  // GRU batched: [max_batch][max_gate_cols] recurrent parts
+  float* h_new;      // [max_batch][max_hidden]: hidden after a step
+  float* h_proj;     // [max_batch][max_h_out]: projected hidden (LSTM proj)
+  LoneStep* lone;    // [num_cells] when the model streams and a cell runs on a kPanels set, else null
+  StepProgram* program;  // ferry_step of one sample, when the model streams and every layer allows it
+  float* slots;      // residual slots (Save / Add): [num_slots][steps][max_batch][max_features]
+  float* patches;    // Conv1d: kConvRows rows of (in/groups)*kernel inputs
+  size_t slot_floats;  // floats of one slot
+  size_t chunk_steps;
+  // XNNPACK operators (in the arena), where the choice says so (else null).
+  void* xnn_cell[kMaxCells];
+  void* xnn_linear[kMaxChain];
+  bool xnn_cell_ok[kMaxCells];  // auto: the probe agreed (else simd)
+  bool xnn_linear_ok[kMaxChain];
+};
+
+inline CpuSession* cpu_of(ferry_session* s) { return static_cast<CpuSession*>(s->impl); }
+inline const CpuSession* cpu_of(const ferry_session* s) { return static_cast<const CpuSession*>(s->impl); }
+
+// Hidden / cell state of cell `c` of `layer`, row `b` (max_batch rows).
+inline float* state_h(const ferry_session* s, const Layer& layer, uint32_t c, size_t b) {
+  float* base = cpu_of(s)->state + layer.state_offset * s->max_batch;
+  return base + (c * s->max_batch + b) * layer.h_out;
+}
+
+inline float* state_c(const ferry_session* s, const Layer& layer, uint32_t c, size_t b) {
+  const uint32_t cells = layer.num_layers * layer.dirs;
+  float* base = cpu_of(s)->state + layer.state_offset * s->max_batch + cells * s->max_batch * layer.h_out;
+  return base + (c * s->max_batch + b) * layer.hidden;
+}
+
+// The chain executor (executor.cpp): runs `call` through every layer.
+ferry_status execute(ferry_session* s, const RunCall& call);
+
+// The format 1.2 ops (ops.cpp). Buffers are time-major [steps][B][F].
+// A Conv1d from `in` (T steps) into `out` (conv_output_steps(T) steps); a
+// causal one reads and updates its state (the inputs before `in`).
+void conv1d(ferry_session* s, uint32_t layer_index, const float* in, float* out, size_t T, size_t B,
+            const int32_t* lengths);
+// Mean or max over each sample's valid steps, from and into its running
+// state: `in` [T][B][F] -> `out` [B][F].
+void pool(ferry_session* s, uint32_t layer_index, const float* in, float* out, size_t T, size_t B,
+          const int32_t* lengths);
+// Token ids (the model's layout) -> embedding rows, time-major, into `out`.
+void embed(const ferry_session* s, const int32_t* tokens, size_t T, size_t B, float* out);
+// The per-feature and parameterised activations: BatchNorm, LayerNorm,
+// PReLU, LeakyReLU, ELU, GELU, SiLU, Hardtanh, LogSoftmax, in place over
+// `rows` rows.
+void activation(const ferry_session* s, uint32_t layer_index, float* x, size_t rows);
+
+// The one recurrent loop (recurrent.cpp). Time-major [T][B][F] buffers; a
+// module ping-pongs between `in` and `out` and returns the buffer holding
+// its result.
+float* run_recurrent(ferry_session* s, uint32_t layer_index, float* in, float* out, size_t T, size_t B,
+                     const int32_t* lengths);
+
+// Fills cpu->lone for every cell of a kPanels recurrent layer that a lone
+// step can run fused (recurrent.cpp).
+void prepare_lone_steps(ferry_session* s, const KernelChoice& choice);
+// One step of one sample through prepared cell `cell_index` of `layer`:
+// reads x [in], writes y [h_out] and the cell's state (recurrent.cpp).
+void lone_cell_step(ferry_session* s, const Layer& layer, uint32_t cell_index, const float* x, float* y);
+
+// The step program (step_program.cpp): ferry_step of one sample as a list
+// of ops laid out at init, from the caller's input to the caller's output,
+// with the kernels (and so the bits) of the general path.
+struct StepOp {
+  enum Kind : uint8_t { kCell, kProduce, kInPlace, kSave, kCopy } kind;
+  uint8_t src, dst;  // buffers: 0 the caller's input, 1 act[0], 2 act[1], 3 the caller's output
+  uint32_t layer;
+  uint32_t cell;     // kCell
+};
+struct StepProgram {
+  uint32_t count;
+  StepOp ops[1];     // `count` of them (the region is sized for them)
+};
+// Ops a program of `m` may take (its size), and the program itself, or
+// false when the model has a layer the program does not run (Embedding,
+// XNNPACK for one row, a cell without a lone step).
+size_t step_program_ops(const ferry_model* m);
+bool build_step_program(ferry_session* s, const KernelChoice& choice, StepProgram* program);
+void run_step_program(ferry_session* s, const float* input, float* output);
+
+// Matrix products (products.cpp), split over the session's threads by
+// output columns (or rows), never inside a sum.
+void gemm(ferry_session* s, const kernels::KernelSet* k, const kernels::GemmArgs& args, size_t rows,
+          uint32_t vectors);
+// bias + W_ih x for `rows` rows of `x` (stride cell.in) into `dst` (panel
+// order, stride gate_cols), on XNNPACK where chosen for this cell.
+void input_projection(ferry_session* s, const kernels::KernelSet* k, uint32_t cell_index, const Layer& layer,
+                      const float* x, size_t rows, float* dst);
+// A Linear layer over `rows` rows (a failing XNNPACK call is returned).
+ferry_status linear(ferry_session* s, uint32_t layer_index, const float* in, float* out, size_t rows);
+
+// XNNPACK operators for a session, made at init (xnnpack_ops.cpp). `region`
+// holds `xnn_bytes` (as measured by xnn_region_bytes); `temp` is at least
+// xnn_temp_floats floats of memory unused until the first run.
+ferry_status xnn_region_bytes(const ferry_model* m, const KernelChoice& choice, size_t* bytes_out);
+size_t xnn_temp_floats(const ferry_model* m, const KernelChoice& choice);
+ferry_status xnn_create_ops(ferry_session* s, const KernelChoice& choice, uint8_t* region, size_t xnn_bytes,
+                            float* temp);
+
+// The backend entry (cpu_backend.cpp).
+extern const Backend kCpuBackend;
+
+}  // namespace cpu
+}  // namespace ferry

@@ -1,0 +1,127 @@
+// The per-layer choice of kernel set and of XNNPACK (cpu_backend.h), made
+// once per plan and init: the only place where ferry_backend turns into
+// kernels.
+#include "backend/cpu/cpu_backend.h"
+#include "common/status.h"
+#include "kernels/registry.h"
+#include "kernels/xnnpack/xnnpack_fc.h"
+
+namespace ferry {
+namespace cpu {
+namespace {
+
+// Where auto lets XNNPACK take the large products: Arm, where Debian's
+// XNNPACK has hand-scheduled assembly GEMMs that intrinsics do not match.
+// Not x86-64: measured on an AVX-512 Xeon (Ice Lake), XNNPACK's 7x16
+// AVX-512 GEMM ran the W3 shapes no faster than the simd 6x16 tile (about
+// half the FMA peak each), so the extra arena (its packed copy of W_ih) buys
+// nothing there.
+bool xnnpack_is_wider_here() {
+#if defined(__aarch64__) || defined(__arm__)
+  return true;
+#else
+  return false;
+#endif
+}
+
+// Index of `set` in `k->sets`, adding it if new.
+uint8_t set_index(LayerKernels* k, const kernels::KernelSet* set) {
+  uint8_t i = 0;
+  while (i < kMaxSessionKernelSets && k->sets[i] && k->sets[i] != set) ++i;
+  if (i < kMaxSessionKernelSets && !k->sets[i]) k->sets[i] = set;
+  return i;  // < kMaxSessionKernelSets: a model has at most two dtypes x (simd, reference)
+}
+
+}  // namespace
+
+size_t chunk_steps(size_t max_batch, size_t max_seq) {
+  size_t steps = (kChunkRows + max_batch - 1) / max_batch;
+  if (steps > max_seq) steps = max_seq;
+  return steps ? steps : 1;
+}
+
+uint32_t max_gate_cols(const ferry_model* m) {
+  uint32_t most = 0;
+  for (uint32_t i = 0; i < m->num_layers; ++i) {
+    const Layer& l = m->layers[i];
+    if (!op_is_recurrent(l.op)) continue;
+    const uint32_t cols = layout::gate_row_floats(l.gates, l.hidden);
+    if (cols > most) most = cols;
+  }
+  return most;
+}
+
+ferry_status choose_kernels(const ferry_model* m, const SessionConfig& config, KernelChoice* c) {
+  *c = KernelChoice();
+  const ferry_backend backend = config.backend;
+  // The SIMD sets this policy may use; null: every layer on the reference.
+  bool use_simd = false;
+  switch (backend) {
+    case FERRY_BACKEND_REFERENCE:
+      break;
+    case FERRY_BACKEND_AUTO:
+      use_simd = true;
+      break;
+    case FERRY_BACKEND_SIMD:
+    case FERRY_BACKEND_XNNPACK: {
+      const char* name = backend == FERRY_BACKEND_SIMD ? "simd" : "xnnpack";
+      if (backend == FERRY_BACKEND_XNNPACK && !xnn::available()) {
+        return fail(FERRY_UNSUPPORTED, "backend xnnpack: %s", xnn::unavailable_reason());
+      }
+      for (uint32_t i = 0; i < m->num_layers; ++i) {
+        const Layer& l = m->layers[i];
+        if (!kernels::best_simd_kernel_set(l.dtype)) {
+          return fail(FERRY_UNSUPPORTED, "backend %s: this CPU has no SIMD kernels in this build (x86-64 needs AVX2 "
+                      "and FMA)", backend == FERRY_BACKEND_SIMD ? "simd" : "xnnpack (its recurrence runs on simd)");
+        }
+        if (op_has_weights(l.op) && !l.panel8) {
+          return fail(FERRY_UNSUPPORTED,
+                      "backend %s: layers[%u] stores RowMajor weights (a format 1.0 file); the simd kernels "
+                      "read Panel8: convert the model again, or use the reference backend",
+                      name, i);
+        }
+      }
+      use_simd = true;
+      c->xnn_always = backend == FERRY_BACKEND_XNNPACK;
+      break;
+    }
+    default:
+      return fail(FERRY_UNSUPPORTED, "backend %s is not served by the CPU backend", ferry_backend_name(backend));
+  }
+  const bool auto_xnn = backend == FERRY_BACKEND_AUTO && use_simd && xnnpack_is_wider_here() && xnn::available();
+  const size_t chunk_rows = config.max_batch * chunk_steps(config.max_batch, config.max_seq);
+  bool time_axis = false;
+  for (uint32_t i = 0; i < m->num_layers; ++i) {
+    const Layer& l = m->layers[i];
+    const kernels::KernelSet* simd = use_simd ? kernels::best_simd_kernel_set(l.dtype) : nullptr;
+    const bool simd_ok = simd && (!op_has_weights(l.op) || l.panel8);
+    const kernels::KernelSet* set = simd_ok ? simd : kernels::reference_kernel_set(l.dtype);
+    if (!set) {
+      return fail(FERRY_UNSUPPORTED, "layers[%u]: no kernels for its weights' dtype in this runtime", i);
+    }
+    c->kernels.layer_set[i] = set_index(&c->kernels, set);
+    const bool panels = set->strategy == kernels::StepStrategy::kPanels;
+    if (!panels) c->any_per_sample = true;
+    if (op_is_recurrent(l.op)) {
+      time_axis = true;
+      if (panels) {
+        c->any_panel_recurrent = true;
+        c->any_panel_gru = c->any_panel_gru || l.op == Op::kGru;
+        c->any_panel_projection = c->any_panel_projection || l.h_out != l.hidden;
+      }
+      const bool xnn = simd_ok && (c->xnn_always || (auto_xnn && chunk_rows >= kXnnpackMinRows));
+      for (uint32_t k = 0; k < l.num_layers * l.dirs; ++k) c->xnn_cell[l.first_cell + k] = xnn;
+      c->any_xnnpack = c->any_xnnpack || xnn;
+    } else if (l.op == Op::kLast) {
+      time_axis = false;
+    } else if (l.op == Op::kLinear) {
+      const size_t rows = config.max_batch * (time_axis ? config.max_seq : 1);
+      c->xnn_linear[i] = simd_ok && (c->xnn_always || (auto_xnn && rows >= kXnnpackMinRows));
+      c->any_xnnpack = c->any_xnnpack || c->xnn_linear[i];
+    }
+  }
+  return FERRY_OK;
+}
+
+}  // namespace cpu
+}  // namespace ferry

@@ -1,0 +1,390 @@
+// The one recurrent loop of the CPU backend, for every kernel set.
+//
+// For each (layer k, direction d) of a module, time runs in chunks of steps,
+// in the direction's order; a sample past its length keeps its state and
+// outputs zeros. Per step, the layer's kernel set does the work in one of
+// two strategies (kernels/kernel_set.h):
+//
+// kPerSample (the reference): per sample, sample_step computes bias + W_ih x
+//   + W_hh h, the update and the projection in place in the state; the new h
+//   is copied to the output. One chunk spans the whole sequence.
+//
+// kPanels (the SIMD sets):
+//   1. input part of the gates for every (t, b) of the chunk at once,
+//        P[t][b] = bias + W_ih x[t][b]             (gemm or XNNPACK)
+//   2. per step t:
+//        B == 1: one fused kernel per panel group: P row (or, for a lone
+//                step, bias + W_ih x itself) + W_hh h, nonlinearities, state
+//        B >= 2: gemm P[t] += W_hh h for all rows, then the update per row
+//      then the LSTM projection, and the new h is committed to the state and
+//      the output.
+//   Every gate is one FMA chain, so chunking, fusing and threading never
+//   change a bit: ferry_step gives exactly what ferry_run gives.
+#include <string.h>
+
+#include "backend/cpu/cpu_backend.h"
+#include "platform/threads.h"
+
+namespace ferry {
+namespace cpu {
+namespace {
+
+using kernels::KernelSet;
+
+// A state row's copy: inline for the short rows of streaming (no call into
+// libc's dispatch for 64 bytes: fixed-size blocks the compiler turns into
+// vector moves), memcpy beyond.
+inline void copy_floats(float* dst, const float* src, size_t n) {
+  if (n > 64) {
+    memcpy(dst, src, n * sizeof(float));
+    return;
+  }
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) memcpy(dst + i, src + i, 8 * sizeof(float));
+  for (; i < n; ++i) dst[i] = src[i];
+}
+
+bool active(const int32_t* lengths, size_t b, size_t t) {
+  return !lengths || t < static_cast<size_t>(lengths[b]);
+}
+
+// One (layer k, direction d) being run.
+struct CellRun {
+  ferry_session* s;
+  const Layer* layer;
+  const Cell* cell;
+  const KernelSet* k;
+  int kind;            // kernels::kind_index of the layer's cell kind
+  uint32_t ci;         // cell within the layer: k * dirs + d
+  uint32_t d;
+  const float* in;     // [T][B][in_w]
+  uint32_t in_w;
+  float* out;          // [T][B][layer.out]
+  size_t T, B;
+  const int32_t* lengths;
+  // kPanels, per layer:
+  uint32_t cols;        // floats of a panel-order gate row
+  uint32_t panels;      // of the hidden units
+  size_t tile;          // panels per thread task
+  size_t macs_per_row;  // of the recurrent product
+};
+
+// ------------------------------------------------------------ kPerSample --
+
+void per_sample_step(const CellRun& r, size_t t) {
+  const Layer& layer = *r.layer;
+  for (size_t b = 0; b < r.B; ++b) {
+    float* y = r.out + (t * r.B + b) * layer.out + r.d * layer.h_out;
+    if (!active(r.lengths, b, t)) {  // past this sample's end: no update, zero output
+      memset(y, 0, layer.h_out * sizeof(float));
+      continue;
+    }
+    float* h = state_h(r.s, layer, r.ci, b);
+    const kernels::SampleStepArgs a{r.cell,
+                                    layer.hidden,
+                                    r.in + (t * r.B + b) * r.in_w,
+                                    h,
+                                    layer.op == Op::kLstm ? state_c(r.s, layer, r.ci, b) : nullptr,
+                                    cpu_of(r.s)->scratch,
+                                    layer.op == Op::kRnnRelu};
+    r.k->sample_step[r.kind](a);
+    memcpy(y, h, layer.h_out * sizeof(float));
+  }
+}
+
+// --------------------------------------------------------------- kPanels --
+
+struct StepTask {
+  const KernelSet* k;
+  int kind;
+  kernels::StepArgs args;
+};
+
+void step_panels(void* ctx, size_t begin, size_t end) {
+  const StepTask* t = static_cast<const StepTask*>(ctx);
+  t->k->step[t->kind](t->args, static_cast<uint32_t>(begin), static_cast<uint32_t>(end));
+}
+
+// Batched step: per panel range, the recurrent gemm of every row and the
+// updates of the active rows.
+struct BatchTask {
+  const CellRun* r;
+  size_t t;
+  float* pre;       // P rows of this step [B][cols]
+  float* rec;       // rows the gemm accumulates into: P itself, or (GRU) gates_rec
+  const float* h;   // the hidden state before the step: B rows, `ldh` apart
+  size_t ldh;
+  float* h_new;     // where the update writes the new hidden: B rows, `ldh_new` apart
+  size_t ldh_new;
+};
+
+void batch_panels(void* ctx, size_t begin, size_t end) {
+  const BatchTask* bt = static_cast<const BatchTask*>(ctx);
+  const CellRun& r = *bt->r;
+  const Layer& layer = *r.layer;
+  const Cell& cell = *r.cell;
+  const uint32_t G = layer.gates, cols = r.cols;
+  const uint32_t p0 = static_cast<uint32_t>(begin), p1 = static_cast<uint32_t>(end);
+  if (layer.op == Op::kGru) {
+    // The recurrent accumulators: r, z continue the input chains; n starts
+    // from b_hn (r multiplies it, so it cannot join the input part).
+    constexpr uint32_t kN = 2 * layout::kPanel, kRow = 3 * layout::kPanel;  // n slot, panel row (GRU)
+    for (size_t b = 0; b < r.B; ++b) {
+      const float* pre = bt->pre + b * cols;
+      float* rec = bt->rec + b * cols;
+      for (uint32_t p = p0; p < p1; ++p) {
+        memcpy(rec + p * kRow, pre + p * kRow, kN * sizeof(float));
+        if (cell.b_hn) {
+          memcpy(rec + p * kRow + kN, cell.b_hn.f32() + p * layout::kPanel, layout::kPanel * sizeof(float));
+        } else {
+          memset(rec + p * kRow + kN, 0, layout::kPanel * sizeof(float));
+        }
+      }
+    }
+  }
+  const kernels::GemmArgs g{&cell.w_hh, bt->h, bt->ldh, nullptr, bt->rec, bt->rec, cols, cols};
+  r.k->gemm(g, 0, r.B, p0 * G, p1 * G);
+  for (size_t b = 0; b < r.B; ++b) {
+    if (!active(r.lengths, b, bt->t)) continue;
+    const kernels::UpdateArgs u{bt->rec + b * cols,
+                                bt->pre + b * cols,
+                                layer.op == Op::kLstm ? state_c(r.s, layer, r.ci, b) : nullptr,
+                                bt->h + b * bt->ldh,
+                                bt->h_new + b * bt->ldh_new,
+                                layer.hidden,
+                                layer.op == Op::kRnnRelu};
+    r.k->update[r.kind](u, p0, p1);
+  }
+}
+
+// Panels per task: whole groups of the fused kernel's panel count, about two
+// tasks per thread.
+size_t panel_tile(size_t threads, uint32_t panels, uint32_t group) {
+  size_t tile = (panels + 2 * threads - 1) / (2 * threads);
+  tile = (tile + group - 1) / group * group;
+  return tile ? tile : group;
+}
+
+// Step t of the chunk that starts at t_lo. `fuse_input`: no projection was
+// computed (a lone step of one sample: the fused kernel does it); `first`
+// and `last`: the sequence's first and last step in this direction.
+void panel_step(const CellRun& r, size_t t, size_t t_lo, bool fuse_input, bool first, bool last) {
+  ferry_session* s = r.s;
+  CpuSession* cpu = cpu_of(s);
+  const Layer& layer = *r.layer;
+  const Cell& cell = *r.cell;
+  const KernelSet* k = r.k;
+  const size_t B = r.B;
+  const uint32_t cols = r.cols, panels = r.panels;
+  const size_t tile = r.tile, macs_per_row = r.macs_per_row;
+  float* pre = cpu->gates + (t - t_lo) * B * cols;
+  if (B == 1) {
+    float* y = r.out + t * layer.out + r.d * layer.h_out;
+    if (!active(r.lengths, 0, t)) {
+      memset(y, 0, layer.h_out * sizeof(float));
+      return;
+    }
+    // Without a projection the kernel writes h straight into the output row
+    // (it cannot write the state: later panels still read the old h); with
+    // one, into h_new for the projection.
+    float* h_target = cell.w_hr ? cpu->h_new : y;
+    StepTask st;
+    st.k = k;
+    st.kind = r.kind;
+    st.args = kernels::StepArgs{fuse_input ? &cell.w_ih : nullptr,
+                                r.in + t * r.in_w,
+                                fuse_input ? nullptr : pre,
+                                cell.bias ? &cell.bias : nullptr,
+                                &cell.w_hh,
+                                state_h(s, layer, r.ci, 0),
+                                cell.b_hn ? &cell.b_hn : nullptr,
+                                layer.op == Op::kLstm ? state_c(s, layer, r.ci, 0) : nullptr,
+                                h_target,
+                                layer.hidden,
+                                layer.op == Op::kRnnRelu};
+    if (cpu->threads == 1) {
+      step_panels(&st, 0, panels);  // the streaming fast path: no pool, no indirection
+    } else {
+      const size_t work = macs_per_row + (fuse_input ? size_t{cols} * cell.in : 0);
+      parallel_ranges(cpu->threadpool, panels, tile, work, step_panels, &st);
+    }
+    if (!cell.w_hr) {
+      copy_floats(state_h(s, layer, r.ci, 0), y, layer.h_out);
+      return;
+    }
+  } else {
+    // Without lengths every row advances together: the hidden state is read
+    // from the previous step's output rows and the update writes the new one
+    // straight into this step's (the state is written once, after the last
+    // step). With lengths, rows that have ended keep theirs, so h goes
+    // through the state.
+    const bool direct = !r.lengths && !cell.w_hr;
+    const size_t t_prev = r.d == 0 ? t - 1 : t + 1;
+    const float* h_old = direct && !first ? r.out + t_prev * B * layer.out + r.d * layer.h_out
+                                          : state_h(s, layer, r.ci, 0);
+    const size_t ldh = direct && !first ? layer.out : layer.h_out;
+    BatchTask bt{&r,
+                 t,
+                 pre,
+                 layer.op == Op::kGru ? cpu->gates_rec : pre,
+                 h_old,
+                 ldh,
+                 direct ? r.out + t * B * layer.out + r.d * layer.h_out : cpu->h_new,
+                 direct ? layer.out : layer.hidden};
+    parallel_ranges(cpu->threadpool, panels, tile, B * macs_per_row, batch_panels, &bt);
+    if (direct) {
+      if (last) {  // the last step: the state takes the final h
+        for (size_t b = 0; b < B; ++b) {
+          copy_floats(state_h(s, layer, r.ci, b), r.out + (t * B + b) * layer.out + r.d * layer.h_out,
+                      layer.h_out);
+        }
+      }
+      return;
+    }
+  }
+  // Projection (LSTM proj_size), then commit h to the state and y.
+  const float* h = cpu->h_new;
+  size_t ldh = layer.hidden;
+  if (cell.w_hr) {
+    const kernels::GemmArgs g{&cell.w_hr, cpu->h_new, layer.hidden, nullptr,
+                              nullptr,    cpu->h_proj, layer.h_out, layer.h_out};
+    gemm(s, k, g, B, layout::panels_of(layer.h_out));
+    h = cpu->h_proj;
+    ldh = layer.h_out;
+  }
+  for (size_t b = 0; b < B; ++b) {
+    float* y = r.out + (t * B + b) * layer.out + r.d * layer.h_out;
+    if (!active(r.lengths, b, t)) {
+      memset(y, 0, layer.h_out * sizeof(float));
+      continue;
+    }
+    copy_floats(state_h(s, layer, r.ci, b), h + b * ldh, layer.h_out);
+    copy_floats(y, h + b * ldh, layer.h_out);
+  }
+}
+
+// A lone step (T == 1, B == 1) of a layer whose cells were prepared: per
+// cell, lone_cell_step; multi-layer modules ping-pong between the buffers.
+float* lone_step(ferry_session* s, const Layer& layer, float* in, float* out) {
+  for (uint32_t kl = 0; kl < layer.num_layers; ++kl) {
+    lone_cell_step(s, layer, layer.first_cell + kl, in, out);
+    if (kl + 1 < layer.num_layers) {
+      float* t = in;
+      in = out;
+      out = t;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+void lone_cell_step(ferry_session* s, const Layer& layer, uint32_t cell_index, const float* x, float* y) {
+  CpuSession* cpu = cpu_of(s);
+  LoneStep& ls = cpu->lone[cell_index];  // a session runs one call at a time: its arguments are ours
+  const Cell& cell = s->model->cells[cell_index];
+  ls.args.x = x;
+  ls.args.h_new = cell.w_hr ? cpu->h_new : y;
+  if (cpu->threads == 1) {
+    ls.k->step[ls.kind](ls.args, 0, ls.panels);
+  } else {
+    StepTask st{ls.k, ls.kind, ls.args};
+    parallel_ranges(cpu->threadpool, ls.panels, ls.tile, ls.work, step_panels, &st);
+  }
+  if (cell.w_hr) {
+    const kernels::GemmArgs g{&cell.w_hr, cpu->h_new, layer.hidden, nullptr, nullptr, cpu->h_proj, layer.h_out,
+                              layer.h_out};
+    gemm(s, ls.k, g, 1, layout::panels_of(layer.h_out));
+    copy_floats(y, cpu->h_proj, layer.h_out);
+  }
+  copy_floats(ls.h, y, layer.h_out);
+}
+
+void prepare_lone_steps(ferry_session* s, const KernelChoice& choice) {
+  const ferry_model* m = s->model;
+  CpuSession* cpu = cpu_of(s);
+  for (uint32_t li = 0; li < m->num_layers; ++li) {
+    const Layer& layer = m->layers[li];
+    if (!op_is_recurrent(layer.op)) continue;
+    const KernelSet* k = choice.kernels.layer(li);
+    const bool panels = k->strategy == kernels::StepStrategy::kPanels;
+    const int kind = kernels::kind_index(cell_kind(layer.op));
+    const uint32_t cols = layout::gate_row_floats(layer.gates, layer.hidden);
+    const uint32_t n_panels = layout::panels_of(layer.hidden);
+    for (uint32_t c = 0; c < layer.num_layers * layer.dirs; ++c) {
+      const uint32_t ci = layer.first_cell + c;
+      const Cell& cell = m->cells[ci];
+      LoneStep& ls = cpu->lone[ci];
+      ls = LoneStep();
+      // The general path computes a lone step's input part on XNNPACK when
+      // the xnnpack backend chose it: that cell keeps the general path.
+      if (!panels || (choice.xnn_cell[ci] && choice.xnn_always)) continue;
+      ls.k = k;
+      ls.kind = kind;
+      ls.panels = n_panels;
+      ls.tile = cpu->threads > 1 ? panel_tile(cpu->threads, n_panels, k->step_group[kind]) : n_panels;
+      ls.work = size_t{cols} * layer.h_out + size_t{cols} * cell.in;
+      ls.h = state_h(s, layer, c, 0);
+      ls.args = kernels::StepArgs{&cell.w_ih,
+                                  nullptr,
+                                  nullptr,
+                                  cell.bias ? &cell.bias : nullptr,
+                                  &cell.w_hh,
+                                  ls.h,
+                                  cell.b_hn ? &cell.b_hn : nullptr,
+                                  layer.op == Op::kLstm ? state_c(s, layer, c, 0) : nullptr,
+                                  nullptr,
+                                  layer.hidden,
+                                  layer.op == Op::kRnnRelu};
+    }
+  }
+}
+
+float* run_recurrent(ferry_session* s, uint32_t layer_index, float* in, float* out, size_t T, size_t B,
+                     const int32_t* lengths) {
+  const ferry_model* m = s->model;
+  CpuSession* cpu = cpu_of(s);
+  const Layer& layer = m->layers[layer_index];
+  if (T == 1 && B == 1 && cpu->lone && cpu->lone[layer.first_cell].k) return lone_step(s, layer, in, out);
+  const KernelSet* k = cpu->kernels.layer(layer_index);
+  const bool panels = k->strategy == kernels::StepStrategy::kPanels;
+  const size_t chunk = panels ? cpu->chunk_steps : T;
+  const int kind = kernels::kind_index(cell_kind(layer.op));
+  const uint32_t cols = layout::gate_row_floats(layer.gates, layer.hidden);
+  const uint32_t n_panels = layout::panels_of(layer.hidden);
+  const size_t tile = cpu->threads > 1 ? panel_tile(cpu->threads, n_panels, k->step_group[kind]) : n_panels;
+  for (uint32_t kl = 0; kl < layer.num_layers; ++kl) {
+    const uint32_t in_w = kl == 0 ? layer.in : layer.out;
+    for (uint32_t d = 0; d < layer.dirs; ++d) {
+      const uint32_t ci = kl * layer.dirs + d;
+      const uint32_t cell_index = layer.first_cell + ci;
+      const CellRun r{s,   &layer, &m->cells[cell_index], k,    kind,     ci,   d,   in,
+                      in_w, out,   T,   B,   lengths, cols, n_panels, tile, size_t{cols} * layer.h_out};
+      for (size_t done = 0; done < T; done += chunk) {
+        const size_t n = T - done < chunk ? T - done : chunk;
+        const size_t t_lo = d == 0 ? done : T - done - n;  // the chunk is times [t_lo, t_lo + n)
+        // A lone step of one sample fuses its input part into the step kernel
+        // (same chain) unless XNNPACK is to compute it.
+        const bool fuse_input = B == 1 && n == 1 && !(cpu->xnn_cell[cell_index] && cpu->xnn_always);
+        if (panels && !fuse_input) input_projection(s, k, cell_index, layer, in + t_lo * B * in_w, n * B, cpu->gates);
+        for (size_t i = 0; i < n; ++i) {
+          const size_t t = d == 0 ? t_lo + i : t_lo + n - 1 - i;
+          if (panels) {
+            panel_step(r, t, t_lo, fuse_input, i == 0 && done == 0, done + i + 1 == T);
+          } else {
+            per_sample_step(r, t);
+          }
+        }
+      }
+    }
+    if (kl + 1 < layer.num_layers) {
+      float* t = in;
+      in = out;
+      out = t;
+    }
+  }
+  return out;
+}
+
+}  // namespace cpu
+}  // namespace ferry

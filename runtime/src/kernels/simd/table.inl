@@ -1,0 +1,48 @@
+// The f32 kernel set of the ISA whose namespace includes this file: one
+// definition for every ISA. The includer names the set
+// (FERRY_KERNEL_SET_NAME) and may replace the GEMM and the LSTM step with
+// wider ones (FERRY_SET_GEMM, FERRY_SET_LSTM_STEP and its panel group
+// FERRY_SET_LSTM_GROUP: avx512.cpp); every other entry is the entry point of
+// that name visible in the namespace (entry_points.inl). Softmax,
+// log-softmax, LayerNorm and GELU's erf form are the reference kernels on
+// every set (per row or libm-bound, rarely the cost of a model).
+
+#ifndef FERRY_SET_GEMM
+#define FERRY_SET_GEMM gemm_panel8
+#endif
+#ifndef FERRY_SET_LSTM_STEP
+#define FERRY_SET_LSTM_STEP lstm_step
+#endif
+#ifndef FERRY_SET_LSTM_GROUP
+#define FERRY_SET_LSTM_GROUP 2
+#endif
+
+extern const KernelSet f32_kernel_set;
+const KernelSet f32_kernel_set = {
+    FERRY_KERNEL_SET_NAME,
+    DType::kF32,
+    StepStrategy::kPanels,
+    {FERRY_SET_LSTM_GROUP, 3, 8},  // fused steps' panels: LSTM 2 x 4 gates, GRU 3 x 3, RNN 8 x 1 accumulators
+    FERRY_SET_GEMM,
+    tanh_inplace,
+    sigmoid_inplace,
+    relu_inplace,
+    ref::f32_softmax,
+    leaky_relu_inplace,
+    elu_inplace,
+    hardtanh_inplace,
+    silu_inplace,
+    ref::f32_gelu,  // erf: the reference kernel (libm's erff)
+    gelu_tanh_inplace,
+    prelu_rows,
+    scale_shift_rows,
+    ref::f32_layer_norm,  // one row at a time, sums in order: the reference kernel
+    ref::f32_log_softmax,
+    {FERRY_SET_LSTM_STEP, gru_step, rnn_step},
+    {lstm_update, gru_update, rnn_update},
+    {nullptr, nullptr, nullptr},
+};
+
+#undef FERRY_SET_GEMM
+#undef FERRY_SET_LSTM_STEP
+#undef FERRY_SET_LSTM_GROUP
