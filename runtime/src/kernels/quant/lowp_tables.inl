@@ -7,7 +7,9 @@
 //                          update and element-wise entries these sets share
 //                          (gates and state are fp32 in every dtype)
 // and may set the panels per fused step (FERRY_LOWP_{I8,I4,F16}_{LSTM,GRU,RNN}).
-// Softmax is the reference's, as in every f32 set.
+// Softmax, log-softmax, LayerNorm and GELU's erf form are the reference's,
+// as in every f32 set (simd/table.inl); the other format 1.2 element-wise
+// ops are the same ISA's f32 entries.
 
 #ifndef FERRY_LOWP_F16_LSTM
 #define FERRY_LOWP_F16_LSTM 2
@@ -46,7 +48,11 @@
   {                                                                                                           \
     DTYPE_NAME "_" FERRY_LOWP_ISA, DTYPE, StepStrategy::kPanels, {LSTM_NP, GRU_NP, RNN_NP}, GEMM,              \
         FERRY_LOWP_F32::tanh_inplace, FERRY_LOWP_F32::sigmoid_inplace, FERRY_LOWP_F32::relu_inplace,           \
-        ref::f32_softmax, {LSTM_STEP, gru_steps<PRODUCT, GRU_NP>, rnn_steps<PRODUCT, RNN_NP>},                 \
+        ref::f32_softmax, FERRY_LOWP_F32::leaky_relu_inplace, FERRY_LOWP_F32::elu_inplace,                     \
+        FERRY_LOWP_F32::hardtanh_inplace, FERRY_LOWP_F32::silu_inplace, ref::f32_gelu,                         \
+        FERRY_LOWP_F32::gelu_tanh_inplace, FERRY_LOWP_F32::prelu_rows, FERRY_LOWP_F32::scale_shift_rows,       \
+        ref::f32_layer_norm, ref::f32_log_softmax,                                                             \
+        {LSTM_STEP, gru_steps<PRODUCT, GRU_NP>, rnn_steps<PRODUCT, RNN_NP>},                                   \
         {FERRY_LOWP_F32::lstm_update, FERRY_LOWP_F32::gru_update, FERRY_LOWP_F32::rnn_update},                 \
         {nullptr, nullptr, nullptr}, ACT_BYTES, QUANTIZE                                                       \
   }

@@ -265,7 +265,9 @@ void rnn_step(const StepArgs& s, uint32_t p0, uint32_t p1) {
 #define FERRY_QUANT_REFERENCE_SET(NAME, DTYPE, ACT_BYTES, QUANTIZE)                                      \
   {                                                                                                   \
     NAME, DTYPE, StepStrategy::kPanels, {1, 1, 1}, gemm, ref::f32_tanh, ref::f32_sigmoid, ref::f32_relu, \
-        ref::f32_softmax, {lstm_step, gru_step, rnn_step}, {lstm_update, gru_update, rnn_update},        \
+        ref::f32_softmax, ref::f32_leaky_relu, ref::f32_elu, ref::f32_hardtanh, ref::f32_silu,            \
+        ref::f32_gelu, ref::f32_gelu_tanh, ref::f32_prelu, ref::f32_scale_shift, ref::f32_layer_norm,     \
+        ref::f32_log_softmax, {lstm_step, gru_step, rnn_step}, {lstm_update, gru_update, rnn_update},    \
         {nullptr, nullptr, nullptr}, ACT_BYTES, QUANTIZE                                               \
   }
 
