@@ -59,7 +59,7 @@ const char* ferry_last_error(void);
 /* Version of the library ("0.1.0") and of the model format it reads. */
 const char* ferry_version(void);
 #define FERRY_FORMAT_MAJOR 1
-#define FERRY_FORMAT_MINOR 2
+#define FERRY_FORMAT_MINOR 3
 
 /* Arena and handle memory must be aligned to this many bytes. */
 #define FERRY_ALIGNMENT 64

@@ -22,18 +22,31 @@ namespace {
 
 namespace fb = ::ferry::fb;
 
-// Element types some kernel set of this runtime reads.
-bool dtype_loadable(DType dtype) { return dtype == DType::kF32; }
-
-// The element size in bytes of `dtype`.
+// The element size in bytes of `dtype` in the element-wise layouts
+// (RowMajor, Panel8); the int types exist only in their own layouts.
 uint64_t dtype_bytes(DType dtype) {
   switch (dtype) {
     case DType::kF32: return 4;
     case DType::kF16: return 2;
-    case DType::kI8: return 1;
+    case DType::kI8: case DType::kI4: return 1;
   }
   return 4;
 }
+
+// The layouts each dtype is stored in (schema/ferry.fbs).
+bool layout_holds(WeightLayout layout, DType dtype) {
+  switch (dtype) {
+    case DType::kF32: case DType::kF16:
+      return layout == WeightLayout::kRowMajor || layout == WeightLayout::kPanel8;
+    case DType::kI8: return layout == WeightLayout::kPanel8x4;
+    case DType::kI4: return layout == WeightLayout::kPanel8x8q4;
+  }
+  return false;
+}
+
+// Bit pattern checks of scales (the file's bytes, whatever the FP mode).
+bool finite_positive(float x) { return x - x == 0.0f && x > 0.0f; }
+bool half_finite_nonzero(uint16_t h) { return (h & 0x7c00u) != 0x7c00u && (h & 0x7fffu) != 0; }
 
 struct Loader {
   const uint8_t* bytes;
@@ -46,9 +59,11 @@ struct Loader {
   // `blocks` > 1: the tensor is that many matrices stacked along dim 0 (a
   // grouped Conv1d), each [dims[0]/blocks, product of the other dims],
   // stored one after the other (Panel8: each padded on its own).
+  // `quantizable`: a weight matrix (w_ih, w_hh, w_hr, Linear weight), which
+  // may be F16, I8 or I4 with its scales; every other tensor is F32.
   ferry_status tensor(int64_t index, uint32_t layer_index, const char* role,
                       uint32_t rank, const uint32_t* dims, uint32_t gates, Weight* out_weight,
-                      uint32_t blocks = 1, uint64_t* block_stride = nullptr) {
+                      uint32_t blocks = 1, uint64_t* block_stride = nullptr, bool quantizable = false) {
     const auto* tensors = m->tensors();
     const uint32_t count = tensors ? tensors->size() : 0;
     if (index < 0 || index >= static_cast<int64_t>(count)) {
@@ -62,15 +77,26 @@ struct Loader {
                   static_cast<long long>(index), static_cast<unsigned>(t->dtype()));
     }
     const DType dtype = static_cast<DType>(t->dtype());  // the enums share values (static_asserts below)
-    if (!dtype_loadable(dtype)) {
-      return fail(FERRY_UNSUPPORTED, "tensors[%lld] (%s): dtype %s is not supported by this runtime",
-                  static_cast<long long>(index), role, fb::EnumNameDType(t->dtype()));
+    if (dtype != DType::kF32 && !quantizable) {
+      return fail(FERRY_INVALID_MODEL,
+                  "tensors[%lld] (layers[%u] %s): dtype %s is not allowed for this role (only weight matrices "
+                  "are quantized; biases, norms, convs and embeddings are F32)",
+                  static_cast<long long>(index), layer_index, role, fb::EnumNameDType(t->dtype()));
     }
-    const bool panel8 = t->layout() == fb::TensorLayout::Panel8;
-    if (!panel8 && t->layout() != fb::TensorLayout::RowMajor) {
+    if (static_cast<unsigned>(t->layout()) > static_cast<unsigned>(fb::TensorLayout::MAX)) {
       return fail(FERRY_UNSUPPORTED, "tensors[%lld] (%s): layout %u is not supported (a newer format?)",
                   static_cast<long long>(index), role, static_cast<unsigned>(t->layout()));
     }
+    const WeightLayout wlayout = static_cast<WeightLayout>(t->layout());
+    if (!layout_holds(wlayout, dtype)) {
+      return fail(FERRY_INVALID_MODEL,
+                  "tensors[%lld] (layers[%u] %s): layout %s does not hold dtype %s (F32, F16: RowMajor or Panel8; "
+                  "I8: Panel8x4; I4: Panel8x8q4)",
+                  static_cast<long long>(index), layer_index, role, fb::EnumNameTensorLayout(t->layout()),
+                  fb::EnumNameDType(t->dtype()));
+    }
+    const bool panel8 = wlayout == WeightLayout::kPanel8;
+    const bool quantized = dtype == DType::kI8 || dtype == DType::kI4;
     const auto* shape = t->shape();
     const uint32_t got_rank = shape ? shape->size() : 0;
     if (got_rank != rank) {
@@ -109,7 +135,19 @@ struct Loader {
     }
     if (block_stride) *block_stride = stride;
     uint64_t nbytes = 0;
-    if (__builtin_mul_overflow(elements, dtype_bytes(dtype), &nbytes) || t->size() != nbytes) {
+    if (quantized) {
+      // Matrices only (blocks == 1), whose rows and columns the layer bounds
+      // by kMaxFeatures: the layout's byte count cannot overflow.
+      nbytes = dtype == DType::kI8 ? layout::panel8x4_bytes(gates, units, cols)
+                                   : layout::panel8x8q4_bytes(gates, units, cols);
+      elements = nbytes;
+    }
+    if (dtype == DType::kI8 && cols > layout::kMaxI8Cols) {
+      return fail(FERRY_INVALID_MODEL,
+                  "tensors[%lld] (layers[%u] %s): I8 with %u columns, at most %u (the int32 sums could overflow)",
+                  static_cast<long long>(index), layer_index, role, cols, layout::kMaxI8Cols);
+    }
+    if (__builtin_mul_overflow(elements, quantized ? 1 : dtype_bytes(dtype), &nbytes) || t->size() != nbytes) {
       return fail(FERRY_INVALID_MODEL, "tensors[%lld] (%s): size %llu bytes, shape needs %llu (%s)",
                   static_cast<long long>(index), role,
                   static_cast<unsigned long long>(t->size()),
@@ -137,7 +175,78 @@ struct Loader {
     out_weight->units = units;
     out_weight->cols = cols;
     out_weight->dtype = dtype;
-    out_weight->layout = panel8 ? WeightLayout::kPanel8 : WeightLayout::kRowMajor;
+    out_weight->layout = wlayout;
+    if (!quantized) {
+      if (t->scales() != -1) {
+        return fail(FERRY_INVALID_MODEL, "tensors[%lld] (layers[%u] %s): scales set on a %s tensor",
+                    static_cast<long long>(index), layer_index, role, fb::EnumNameDType(t->dtype()));
+      }
+      return FERRY_OK;
+    }
+    return scales(index, layer_index, role, t, out_weight);
+  }
+
+  // The scales of quantized tensor `index` (weight.h): I8 F32 row scales,
+  // finite and > 0; I4 F16 group scales, finite and nonzero (signed).
+  ferry_status scales(int64_t index, uint32_t layer_index, const char* role, const fb::Tensor* t, Weight* w) {
+    const auto* tensors = m->tensors();
+    const int64_t si = t->scales();
+    const bool i8 = w->dtype == DType::kI8;
+    if (si < 0 || si >= static_cast<int64_t>(tensors->size()) || si == index) {
+      return fail(FERRY_INVALID_MODEL, "tensors[%lld] (layers[%u] %s): scales index %lld out of range (%s needs a "
+                  "scale tensor)", static_cast<long long>(index), layer_index, role, static_cast<long long>(si),
+                  fb::EnumNameDType(t->dtype()));
+    }
+    const fb::Tensor* st = tensors->Get(static_cast<uint32_t>(si));
+    const fb::DType want = i8 ? fb::DType::F32 : fb::DType::F16;
+    if (st->dtype() != want || st->scales() != -1) {
+      return fail(FERRY_INVALID_MODEL, "tensors[%lld] (layers[%u] %s scales): dtype %u, an %s weight needs %s scales",
+                  static_cast<long long>(si), layer_index, role, static_cast<unsigned>(st->dtype()),
+                  fb::EnumNameDType(t->dtype()), fb::EnumNameDType(want));
+    }
+    const uint64_t count = i8 ? layout::row_scale_elements(w->gates, w->units)
+                              : layout::group_scale_elements(w->gates, w->units, w->cols);
+    const uint64_t bytes = count * (i8 ? 4 : 2);
+    const auto* shape = st->shape();
+    const bool shape_ok = shape && shape->size() == 1 && shape->Get(0) == count;
+    if (!shape_ok || st->size() != bytes) {
+      return fail(FERRY_INVALID_MODEL,
+                  "tensors[%lld] (layers[%u] %s scales): %u elements in %llu bytes, the weight needs %llu scales "
+                  "(%llu bytes)", static_cast<long long>(si), layer_index, role,
+                  shape && shape->size() == 1 ? shape->Get(0) : 0u, static_cast<unsigned long long>(st->size()),
+                  static_cast<unsigned long long>(count), static_cast<unsigned long long>(bytes));
+    }
+    const auto* blob = m->weights();
+    uint64_t end = 0;
+    if (__builtin_add_overflow(st->offset(), st->size(), &end) || end > blob->size() ||
+        st->offset() % FERRY_ALIGNMENT != 0) {
+      return fail(FERRY_INVALID_MODEL,
+                  "tensors[%lld] (layers[%u] %s scales): bytes [%llu, +%llu) outside the weight blob or not %d-byte "
+                  "aligned", static_cast<long long>(si), layer_index, role,
+                  static_cast<unsigned long long>(st->offset()), static_cast<unsigned long long>(st->size()),
+                  FERRY_ALIGNMENT);
+    }
+    const uint8_t* p = blob->data() + st->offset();
+    for (uint64_t i = 0; i < count; ++i) {
+      bool ok;
+      if (i8) {
+        float v;
+        memcpy(&v, p + 4 * i, 4);
+        ok = finite_positive(v);
+      } else {
+        uint16_t h;
+        memcpy(&h, p + 2 * i, 2);
+        ok = half_finite_nonzero(h);
+      }
+      if (!ok) {
+        return fail(FERRY_INVALID_MODEL,
+                    "tensors[%lld] (layers[%u] %s scales): scale %llu is zero, negative, NaN or Inf (%s)",
+                    static_cast<long long>(si), layer_index, role, static_cast<unsigned long long>(i),
+                    i8 ? "I8 row scales must be finite and > 0" : "I4 group scales must be finite and nonzero");
+      }
+    }
+    if (i8) w->scales = reinterpret_cast<const float*>(p);
+    else w->group_scales = reinterpret_cast<const uint16_t*>(p);
     return FERRY_OK;
   }
 
@@ -198,8 +307,8 @@ struct Loader {
       const uint32_t g_bhn = layout::gates_for_role(kind, layout::Role::kGruHiddenBias);
       const uint32_t g_hr = layout::gates_for_role(kind, layout::Role::kProjection);
       ferry_status s;
-      if ((s = tensor(fc->w_ih(), li, "w_ih", 2, ih, g, &cell.w_ih)) != FERRY_OK) return s;
-      if ((s = tensor(fc->w_hh(), li, "w_hh", 2, hh, g, &cell.w_hh)) != FERRY_OK) return s;
+      if ((s = tensor(fc->w_ih(), li, "w_ih", 2, ih, g, &cell.w_ih, 1, nullptr, true)) != FERRY_OK) return s;
+      if ((s = tensor(fc->w_hh(), li, "w_hh", 2, hh, g, &cell.w_hh, 1, nullptr, true)) != FERRY_OK) return s;
       if ((s = optional_tensor(fc->bias(), li, "bias", 1, b, g, &cell.bias)) != FERRY_OK) return s;
       if (layer->op == Op::kGru) {
         if ((s = optional_tensor(fc->b_hn(), li, "b_hn", 1, bhn, g_bhn, &cell.b_hn)) != FERRY_OK) return s;
@@ -207,14 +316,25 @@ struct Loader {
         return fail(FERRY_INVALID_MODEL, "layers[%u] (%s).cells[%u].b_hn: set on a non-GRU layer", li, name, c);
       }
       if (p) {
-        if ((s = tensor(fc->w_hr(), li, "w_hr", 2, hr, g_hr, &cell.w_hr)) != FERRY_OK) return s;
+        if ((s = tensor(fc->w_hr(), li, "w_hr", 2, hr, g_hr, &cell.w_hr, 1, nullptr, true)) != FERRY_OK) return s;
       } else if (fc->w_hr() != -1) {
         return fail(FERRY_INVALID_MODEL, "layers[%u] (%s).cells[%u].w_hr: set without proj_size", li, name, c);
       }
-      const bool packed = cell.w_ih.panel8() && cell.w_hh.panel8() && (!cell.bias || cell.bias.panel8()) &&
-                          (!cell.b_hn || cell.b_hn.panel8()) && (!cell.w_hr || cell.w_hr.panel8());
+      const bool packed = cell.w_ih.packed() && cell.w_hh.packed() && (!cell.bias || cell.bias.panel8()) &&
+                          (!cell.b_hn || cell.b_hn.panel8()) && (!cell.w_hr || cell.w_hr.packed());
       layer->panel8 = (c == 0 || layer->panel8) && packed;
-      layer->dtype = cell.w_ih.dtype;
+      if (c == 0) layer->dtype = cell.w_ih.dtype;
+      // One kernel set per layer: every matrix of every cell in one dtype.
+      const Weight* matrices[3] = {&cell.w_ih, &cell.w_hh, &cell.w_hr};
+      const char* names[3] = {"w_ih", "w_hh", "w_hr"};
+      for (int i = 0; i < 3; ++i) {
+        if (*matrices[i] && matrices[i]->dtype != layer->dtype) {
+          return fail(FERRY_INVALID_MODEL, "layers[%u] (%s).cells[%u].%s: dtype %s, the layer's first w_ih is %s "
+                      "(one dtype per layer)", li, name, c, names[i],
+                      fb::EnumNameDType(static_cast<fb::DType>(matrices[i]->dtype)),
+                      fb::EnumNameDType(static_cast<fb::DType>(layer->dtype)));
+        }
+      }
     }
     out->num_cells += ncells;
     layer->state_floats = ncells * layer->h_out + (layer->op == Op::kLstm ? ncells * h : 0);
@@ -438,9 +558,9 @@ struct Loader {
           layer.out = o;
           const uint32_t g_w = layout::gates_for_role(layout::CellKind::kRnn, layout::Role::kLinearWeight);
           const uint32_t g_b = layout::gates_for_role(layout::CellKind::kRnn, layout::Role::kLinearBias);
-          if ((s = tensor(l->weight(), i, "weight", 2, w, g_w, &layer.weight)) != FERRY_OK) return s;
+          if ((s = tensor(l->weight(), i, "weight", 2, w, g_w, &layer.weight, 1, nullptr, true)) != FERRY_OK) return s;
           s = optional_tensor(l->bias(), i, "bias", 1, b, g_b, &layer.bias);
-          layer.panel8 = layer.weight.panel8() && (!layer.bias || layer.bias.panel8());
+          layer.panel8 = layer.weight.packed() && (!layer.bias || layer.bias.panel8());
           layer.dtype = layer.weight.dtype;
           break;
         }
@@ -538,6 +658,10 @@ struct Loader {
 static_assert(static_cast<int>(fb::DType::F32) == static_cast<int>(DType::kF32), "enum");
 static_assert(static_cast<int>(fb::DType::F16) == static_cast<int>(DType::kF16), "enum");
 static_assert(static_cast<int>(fb::DType::I8) == static_cast<int>(DType::kI8), "enum");
+static_assert(static_cast<int>(fb::DType::I4) == static_cast<int>(DType::kI4), "enum");
+static_assert(static_cast<int>(fb::TensorLayout::Panel8x4) == static_cast<int>(WeightLayout::kPanel8x4), "enum");
+static_assert(static_cast<int>(fb::TensorLayout::Panel8x8q4) == static_cast<int>(WeightLayout::kPanel8x8q4), "enum");
+static_assert(static_cast<int>(fb::TensorLayout::MAX) == static_cast<int>(WeightLayout::kPanel8x8q4), "enum");
 static_assert(static_cast<int>(fb::DType::MAX) + 1 == static_cast<int>(kDTypeCount), "enum");
 static_assert(static_cast<int>(fb::LayerKind::LSTM) == static_cast<int>(Op::kLstm), "enum");
 static_assert(static_cast<int>(fb::LayerKind::GRU) == static_cast<int>(Op::kGru), "enum");

@@ -109,8 +109,9 @@ struct Layer {
   float eps = 0.0f, alpha = 0.0f, beta = 0.0f;
   bool approximate_tanh = false;
   uint32_t slot = 0;
-  // Every weight of the layer is Panel8: the SIMD and XNNPACK backends can
-  // run it (a format 1.0 file is RowMajor and runs on the reference only).
+  // Every weight of the layer is in a panel layout (Panel8; int8 Panel8x4;
+  // int4 Panel8x8q4): the SIMD backends can run it (a format 1.0 file is
+  // RowMajor and runs on the reference only).
   bool panel8 = false;
   // The element type of the layer's weights (one per layer; biases and
   // scales are F32 whatever it is). F32 for layers without weights.

@@ -26,12 +26,10 @@ enum class DType : uint8_t {
   kI4 = 3,   // symmetric int4 in groups of 32 k, Panel8x8q4, f16 scales in `group_scales`
 };
 // The dtypes of the model schema (schema/ferry.fbs, fb::DType; the loader
-// static_asserts the two agree). kI4 is a kernel dtype the schema does not
-// have yet: raise this to 4 together with the schema's I4.
-constexpr uint32_t kDTypeCount = 3;
+// static_asserts the two agree).
+constexpr uint32_t kDTypeCount = 4;
 
-// How the elements lie. Values are the schema's (fb::TensorLayout); the
-// quantized ones are for the schema to adopt with the same values.
+// How the elements lie. Values are the schema's (fb::TensorLayout).
 enum class WeightLayout : uint8_t {
   kRowMajor = 0,    // C order over the logical shape (format 1.0 files)
   kPanel8 = 1,      // shared/weight_layout.h (F32, F16)
@@ -75,6 +73,9 @@ struct Weight {
   explicit operator bool() const { return data != nullptr; }
   uint32_t rows() const { return uint32_t{gates} * units; }
   bool panel8() const { return layout == WeightLayout::kPanel8; }
+  // In a panel layout (Panel8, Panel8x4, Panel8x8q4): what the SIMD sets of
+  // its dtype read (RowMajor is read by the reference sets only).
+  bool packed() const { return layout != WeightLayout::kRowMajor; }
   // The elements of an F32 tensor (the kernel set chosen for it guarantees
   // the dtype).
   const float* f32() const { return static_cast<const float*>(data); }

@@ -3,13 +3,15 @@
 //
 // Arena layout (one plan, used both for the size and by init, so the size
 // reported is exact):
-//   [ferry_session][CpuSession][state][act A][act B][scratch][gates][gates_rec][h_new][h_proj][xnnpack]
+//   [ferry_session][CpuSession][state][act A][act B][scratch][gates][gates_rec][h_new][h_proj][qact][qscales]
+//   ...[slots][patches][lone][program][xnnpack]
 // each region FERRY_ALIGNMENT-aligned and present only when the session's
 // kernel sets need it. `state` is the recurrent state of every recurrent
 // layer for max_batch samples (persistent); act A/B are ping-pong activation
 // buffers of max_seq*max_batch*max_features floats, time-major [T][B][F];
 // `scratch` is the kPerSample sets' per-step gate values; gates..h_proj are
-// the kPanels sets' (cpu_backend.h); `xnnpack` holds the XNNPACK operators
+// the kPanels sets' (cpu_backend.h); qact / qscales the quantized A rows of
+// i8 / i4 layers (kernels/kernel_set.h, "Activations"); `xnnpack` holds the XNNPACK operators
 // and their packed weights. At init, before anything has run, the span from
 // act A on doubles as XNNPACK's packing scratch (extended if it is larger).
 #include <string.h>
@@ -35,7 +37,8 @@ static_assert(sizeof(CpuSession) <= kCpuControlBytes, "CpuSession outgrew its co
 // Byte offsets of a session's regions (0 = absent, except control and state).
 struct Regions {
   size_t control = 0, state = 0, act_a = 0, act_b = 0, scratch = 0, gates = 0, gates_rec = 0, h_new = 0,
-         h_proj = 0, slots = 0, patches = 0, lone = 0, program = 0;
+         h_proj = 0, slots = 0, patches = 0, lone = 0, program = 0, qact = 0, qscales = 0;
+  size_t q_rows = 0, q_ld = 0;
   size_t slot_floats = 0;
   size_t xnn = 0, xnn_bytes = 0;
   size_t chunk_steps = 1;
@@ -63,6 +66,15 @@ ferry_status plan_regions(const ferry_model* m, const SessionConfig& o, const Ke
     if (c.any_panel_gru) r->gates_rec = optional_region(arena, B, cols);
     r->h_new = optional_region(arena, B, m->max_hidden);
     if (c.any_panel_projection) r->h_proj = optional_region(arena, B, m->max_h_out);
+  }
+  quantized_rows_needed(m, c, B, B * r->chunk_steps, &r->q_rows, &r->q_ld);
+  if (r->q_rows) {
+    size_t bytes = 0;
+    if (__builtin_mul_overflow(r->q_rows, r->q_ld, &bytes)) {
+      return fail(FERRY_INVALID_ARGUMENT, "quantized activations for max_batch %zu overflow size_t", o.max_batch);
+    }
+    r->qact = arena->reserve(bytes);
+    r->qscales = arena->reserve_floats(r->q_rows, 1);
   }
   if (m->num_slots) {
     r->slot_floats = steps * B * m->max_features;  // cannot overflow: act_a has as many
@@ -135,6 +147,10 @@ ferry_status init(ferry_session* s, const SessionConfig& config, uint8_t* base) 
   cpu->slots = region(r.slots);
   cpu->patches = region(r.patches);
   cpu->slot_floats = r.slot_floats;
+  cpu->qact = r.qact ? reinterpret_cast<int8_t*>(base + r.qact) : nullptr;
+  cpu->qscales = region(r.qscales);
+  cpu->q_rows = r.q_rows;
+  cpu->q_ld = r.q_ld;
 
   cpu->chunk_steps = r.chunk_steps;
   if (choice.any_xnnpack) {

@@ -119,6 +119,13 @@ struct CpuSession {
   float* patches;    // Conv1d: kConvRows rows of (in/groups)*kernel inputs
   size_t slot_floats;  // floats of one slot
   size_t chunk_steps;
+  // i8 / i4 layers (kernels/kernel_set.h, "Activations"): q_rows quantized
+  // rows of q_ld bytes each and their scales, or null when no layer's set
+  // quantizes its inputs. Every product of such a layer quantizes its A rows
+  // here, q_rows at a time, before the work is split between threads.
+  int8_t* qact;
+  float* qscales;
+  size_t q_ld, q_rows;
   // XNNPACK operators (in the arena), where the choice says so (else null).
   void* xnn_cell[kMaxCells];
   void* xnn_linear[kMaxChain];
@@ -194,9 +201,19 @@ bool build_step_program(ferry_session* s, const KernelChoice& choice, StepProgra
 void run_step_program(ferry_session* s, const float* input, float* output);
 
 // Matrix products (products.cpp), split over the session's threads by
-// output columns (or rows), never inside a sum.
+// output columns (or rows), never inside a sum. On an i8 / i4 set the A
+// rows are quantized first (q_rows at a time; per-row, so the blocks change
+// no bit).
 void gemm(ferry_session* s, const kernels::KernelSet* k, const kernels::GemmArgs& args, size_t rows,
           uint32_t vectors);
+// Quantizes `rows` (<= q_rows) rows of k floats, `ld` apart, into the
+// session's qact rows from `first_row` on; the rows' bytes and scales.
+void quantize_activations(ferry_session* s, const kernels::KernelSet* k, const float* x, size_t rows, size_t ld,
+                          uint32_t cols, size_t first_row, const int8_t** q, const float** scales);
+// The quantized-activation rows a session needs (rows, bytes per row), or
+// {0, 0} when no layer's set quantizes its inputs.
+void quantized_rows_needed(const ferry_model* m, const KernelChoice& c, size_t max_batch, size_t chunk_rows,
+                           size_t* rows, size_t* ld);
 // bias + W_ih x for `rows` rows of `x` (stride cell.in) into `dst` (panel
 // order, stride gate_cols), on XNNPACK where chosen for this cell.
 void input_projection(ferry_session* s, const kernels::KernelSet* k, uint32_t cell_index, const Layer& layer,

@@ -95,6 +95,9 @@ ferry_status choose_kernels(const ferry_model* m, const SessionConfig& config, K
     const Layer& l = m->layers[i];
     const kernels::KernelSet* simd = use_simd ? kernels::best_simd_kernel_set(l.dtype) : nullptr;
     const bool simd_ok = simd && (!op_has_weights(l.op) || l.panel8);
+    // XNNPACK's (2022) fully-connected operator is f32 only: the products of
+    // an f16 / int8 / int4 layer stay on ferry's own kernels on every backend.
+    const bool xnn_ok = simd_ok && l.dtype == DType::kF32;
     const kernels::KernelSet* set = simd_ok ? simd : kernels::reference_kernel_set(l.dtype);
     if (!set) {
       return fail(FERRY_UNSUPPORTED, "layers[%u]: no kernels for its weights' dtype in this runtime", i);
@@ -109,14 +112,14 @@ ferry_status choose_kernels(const ferry_model* m, const SessionConfig& config, K
         c->any_panel_gru = c->any_panel_gru || l.op == Op::kGru;
         c->any_panel_projection = c->any_panel_projection || l.h_out != l.hidden;
       }
-      const bool xnn = simd_ok && (c->xnn_always || (auto_xnn && chunk_rows >= kXnnpackMinRows));
+      const bool xnn = xnn_ok && (c->xnn_always || (auto_xnn && chunk_rows >= kXnnpackMinRows));
       for (uint32_t k = 0; k < l.num_layers * l.dirs; ++k) c->xnn_cell[l.first_cell + k] = xnn;
       c->any_xnnpack = c->any_xnnpack || xnn;
     } else if (l.op == Op::kLast) {
       time_axis = false;
     } else if (l.op == Op::kLinear) {
       const size_t rows = config.max_batch * (time_axis ? config.max_seq : 1);
-      c->xnn_linear[i] = simd_ok && (c->xnn_always || (auto_xnn && rows >= kXnnpackMinRows));
+      c->xnn_linear[i] = xnn_ok && (c->xnn_always || (auto_xnn && rows >= kXnnpackMinRows));
       c->any_xnnpack = c->any_xnnpack || c->xnn_linear[i];
     }
   }

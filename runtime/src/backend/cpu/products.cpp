@@ -34,11 +34,59 @@ bool xnn_takes(const CpuSession* cpu, void* op, bool probe_ok, size_t rows) {
 
 }  // namespace
 
+void quantize_activations(ferry_session* s, const kernels::KernelSet* k, const float* x, size_t rows, size_t ld,
+                          uint32_t cols, size_t first_row, const int8_t** q, const float** scales) {
+  const CpuSession* cpu = cpu_of(s);
+  int8_t* dst = cpu->qact + first_row * cpu->q_ld;
+  float* sc = cpu->qscales + first_row;
+  k->quantize_rows(x, rows, ld, cols, dst, cpu->q_ld, sc);
+  *q = dst;
+  *scales = sc;
+}
+
+void quantized_rows_needed(const ferry_model* m, const KernelChoice& c, size_t max_batch, size_t chunk_rows,
+                           size_t* rows, size_t* ld) {
+  size_t widest = 0;
+  for (uint32_t i = 0; i < m->num_layers; ++i) {
+    const Layer& l = m->layers[i];
+    const kernels::KernelSet* k = c.kernels.layer(i);
+    if (!k->quantize_rows || !op_has_weights(l.op)) continue;
+    uint32_t ks[4] = {l.in, l.out, l.h_out, l.hidden};  // every K its products read
+    for (uint32_t kk : ks) {
+      const size_t bytes = (size_t{k->activation_bytes(kk)} + FERRY_ALIGNMENT - 1) / FERRY_ALIGNMENT * FERRY_ALIGNMENT;
+      if (bytes > widest) widest = bytes;
+    }
+  }
+  if (!widest) {
+    *rows = *ld = 0;
+    return;
+  }
+  // A chunk's input rows, a batch of hidden rows, and the fused step's x and h.
+  size_t n = chunk_rows > max_batch ? chunk_rows : max_batch;
+  *rows = n > 2 ? n : 2;
+  *ld = widest;
+}
+
 // C = init + A W over all rows and vectors, split over output vectors (or,
 // when there are few, over rows): never inside a sum.
 void gemm(ferry_session* s, const kernels::KernelSet* k, const kernels::GemmArgs& args, size_t rows,
           uint32_t vectors) {
   const CpuSession* cpu = cpu_of(s);
+  if (k->quantize_rows && !args.qa) {
+    // i8 / i4: the A rows quantized, q_rows at a time (each output row
+    // reads only its own A row, so the blocking changes no bit).
+    for (size_t r0 = 0; r0 < rows; r0 += cpu->q_rows) {
+      const size_t n = rows - r0 < cpu->q_rows ? rows - r0 : cpu->q_rows;
+      kernels::GemmArgs block = args;
+      block.a = args.a + r0 * args.lda;
+      block.c = args.c + r0 * args.ldc;
+      if (args.c_init) block.c_init = args.c_init + r0 * args.ldc;
+      quantize_activations(s, k, block.a, n, args.lda, args.w->cols, 0, &block.qa, &block.a_scales);
+      block.ldqa = cpu->q_ld;
+      gemm(s, k, block, n, vectors);
+    }
+    return;
+  }
   GemmTask t{k, args, rows, vectors};
   const size_t work = rows * args.w->cols * vectors * 8;
   const size_t threads = cpu->threads;

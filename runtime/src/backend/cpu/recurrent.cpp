@@ -116,6 +116,10 @@ struct BatchTask {
   size_t ldh;
   float* h_new;     // where the update writes the new hidden: B rows, `ldh_new` apart
   size_t ldh_new;
+  // i8 / i4 sets: the B rows of h quantized (null otherwise).
+  const int8_t* qh;
+  size_t ldqh;
+  const float* h_scales;
 };
 
 void batch_panels(void* ctx, size_t begin, size_t end) {
@@ -142,7 +146,10 @@ void batch_panels(void* ctx, size_t begin, size_t end) {
       }
     }
   }
-  const kernels::GemmArgs g{&cell.w_hh, bt->h, bt->ldh, nullptr, bt->rec, bt->rec, cols, cols};
+  kernels::GemmArgs g{&cell.w_hh, bt->h, bt->ldh, nullptr, bt->rec, bt->rec, cols, cols};
+  g.qa = bt->qh;
+  g.ldqa = bt->ldqh;
+  g.a_scales = bt->h_scales;
   r.k->gemm(g, 0, r.B, p0 * G, p1 * G);
   for (size_t b = 0; b < r.B; ++b) {
     if (!active(r.lengths, b, bt->t)) continue;
@@ -154,6 +161,20 @@ void batch_panels(void* ctx, size_t begin, size_t end) {
                                 layer.hidden,
                                 layer.op == Op::kRnnRelu};
     r.k->update[r.kind](u, p0, p1);
+  }
+}
+
+// i8 / i4 sets: the rows a fused step reads, quantized into the session's
+// rows 0 (h, K = h_out) and 1 (x, K = the cell's input, when the step
+// computes the input part itself).
+void quantize_step_inputs(ferry_session* s, const KernelSet* k, const Cell& cell, const Layer& layer,
+                          kernels::StepArgs* a) {
+  const float* scale = nullptr;
+  quantize_activations(s, k, a->h, 1, layer.h_out, layer.h_out, 0, &a->qh, &scale);
+  a->h_scale = *scale;
+  if (a->w_ih) {
+    quantize_activations(s, k, a->x, 1, cell.in, cell.in, 1, &a->qx, &scale);
+    a->x_scale = *scale;
   }
 }
 
@@ -202,6 +223,7 @@ void panel_step(const CellRun& r, size_t t, size_t t_lo, bool fuse_input, bool f
                                 h_target,
                                 layer.hidden,
                                 layer.op == Op::kRnnRelu};
+    if (k->quantize_rows) quantize_step_inputs(s, k, cell, layer, &st.args);
     if (cpu->threads == 1) {
       step_panels(&st, 0, panels);  // the streaming fast path: no pool, no indirection
     } else {
@@ -230,7 +252,14 @@ void panel_step(const CellRun& r, size_t t, size_t t_lo, bool fuse_input, bool f
                  h_old,
                  ldh,
                  direct ? r.out + t * B * layer.out + r.d * layer.h_out : cpu->h_new,
-                 direct ? layer.out : layer.hidden};
+                 direct ? layer.out : layer.hidden,
+                 nullptr,
+                 0,
+                 nullptr};
+    if (k->quantize_rows) {  // i8 / i4: the B hidden rows quantized once, before the split
+      quantize_activations(s, k, h_old, B, ldh, layer.h_out, 0, &bt.qh, &bt.h_scales);
+      bt.ldqh = cpu->q_ld;
+    }
     parallel_ranges(cpu->threadpool, panels, tile, B * macs_per_row, batch_panels, &bt);
     if (direct) {
       if (last) {  // the last step: the state takes the final h
@@ -285,6 +314,7 @@ void lone_cell_step(ferry_session* s, const Layer& layer, uint32_t cell_index, c
   const Cell& cell = s->model->cells[cell_index];
   ls.args.x = x;
   ls.args.h_new = cell.w_hr ? cpu->h_new : y;
+  if (ls.k->quantize_rows) quantize_step_inputs(s, ls.k, cell, layer, &ls.args);
   if (cpu->threads == 1) {
     ls.k->step[ls.kind](ls.args, 0, ls.panels);
   } else {
