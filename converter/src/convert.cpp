@@ -89,6 +89,12 @@ ConvertResult convert(const ConvertRequest& request) {
                            " MiB of weights: self-test vectors not stored (pass --selftest to store them)");
   }
   if (request.on_plan) request.on_plan(report);
+  if (request.quantize.dtype != DType::F32) {
+    QuantizeOutcome q = quantize_plan(plan, request.quantize);
+    report.precisions = std::move(q.precisions);
+    report.fallback_moves = std::move(q.decisions);
+    report.quantization = plan.quantization;
+  }
 
   const SourceFd source(request.input);
   WriteOptions write;

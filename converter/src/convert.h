@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "quantize/accuracy.h"
 #include "writer/model_writer.h"
 
 namespace ferry::conv {
@@ -42,6 +43,7 @@ struct ConvertRequest {
   std::string key;                    // --key: the entry of a checkpoint dict
   std::optional<std::string> c_array; // --c-array: also write the model as a C header here
   SelfTestPolicy selftest = SelfTestPolicy::Auto;
+  QuantizeRequest quantize;           // --quantize, --calibration, --max-error, --fallback
   Progress progress;                  // while the weights are written
   // Called once the conversion is planned, before anything is written, with
   // the report's read and planned parts (the CLI prints them here, so a
@@ -72,6 +74,10 @@ struct ConvertReport {
   std::vector<std::string> notes;              // assumptions the user should know
   uint64_t weight_bytes = 0;                   // float32 weights as planned
   bool selftest_stored = false;
+  // Quantized (after on_plan; quantization.requested empty when not asked).
+  std::vector<LayerPrecision> precisions;  // per weighted layer (index into `layers`)
+  std::vector<std::string> fallback_moves;
+  QuantizationPlan quantization;
   // Written (after on_plan).
   uint64_t file_bytes = 0;
   uint64_t stored_weight_bytes = 0;            // the weight blob, panels and alignment included

@@ -15,6 +15,7 @@ const char* dtype_name(DType d) {
     case DType::U8: return "uint8";
     case DType::Bool: return "bool";
     case DType::Unknown: return "unknown";
+    case DType::I4: return "int4";
   }
   return "unknown";
 }
@@ -25,7 +26,7 @@ size_t dtype_size(DType d) {
     case DType::F32: case DType::I32: return 4;
     case DType::F16: case DType::BF16: case DType::I16: return 2;
     case DType::I8: case DType::U8: case DType::Bool: return 1;
-    case DType::Unknown: return 0;
+    case DType::Unknown: case DType::I4: return 0;
   }
   return 0;
 }

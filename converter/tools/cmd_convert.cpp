@@ -3,12 +3,15 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
+#include <cstdlib>
 #include <cstdio>
 #include <string>
 
 #include "args.h"
 #include "commands.h"
 #include "convert.h"
+#include "plan/quantization.h"
 
 namespace ferry::cli {
 namespace {
@@ -66,17 +69,56 @@ void print_plan(const std::string& in, const ConvertReport& r) {
   for (const std::string& n : r.notes) std::fprintf(stderr, "ferry: note: %s\n", n.c_str());
 }
 
+void print_stats(const char* what, const conv::ErrorStatsPlan& e) {
+  std::printf("accuracy %-10s %-5s max abs %.3g  rms %.3g  cosine %.6f\n", what, conv::precision_name(e.dtype),
+              e.max_abs, e.rms, e.cosine);
+}
+
+void print_quantization(const ConvertReport& r) {
+  const conv::QuantizationPlan& q = r.quantization;
+  for (const conv::LayerPrecision& p : r.precisions) {
+    std::printf("quantize %-10s %s%s%s\n", r.layers[static_cast<size_t>(p.layer)].name.c_str(),
+                conv::precision_name(p.dtype), p.reason.empty() ? "" : "  ", p.reason.c_str());
+  }
+  for (const std::string& m : r.fallback_moves) std::printf("fallback %s\n", m.c_str());
+  std::printf("accuracy quantized vs fp32 on %s (per layer: that layer alone quantized)\n", q.input.c_str());
+  for (const conv::ErrorStatsPlan& e : q.layers) print_stats(e.name.c_str(), e);
+  print_stats("model", q.model);
+  if (q.drift_steps) {
+    std::printf("drift    %u streamed steps: rms error %.3g over the first 1%%, %.3g over the last 1%%\n",
+                q.drift_steps, q.drift_start_rms, q.drift_end_rms);
+  }
+}
+
 }  // namespace
 
 int cmd_convert(int argc, char** argv) {
-  const Args args(argc, argv, 2, {"--graph", "--key", "--quantize", "--calibration", "--c-array"},
-                  {"--batch-first", "--stats", "--selftest"});
+  const Args args(argc, argv, 2, {"--graph", "--key", "--quantize", "--calibration", "--c-array", "--max-error"},
+                  {"--batch-first", "--stats", "--selftest", "--fallback"});
   const auto t0 = std::chrono::steady_clock::now();
   if (args.positional.size() != 2) throw UsageError("convert takes IN and OUT.fb");
-  if (auto q = args.get("--quantize"); q && *q != "f32") {
-    throw UsageError("--quantize " + *q + " is not available in this version (only f32)");
-  }
   conv::ConvertRequest request;
+  if (auto q = args.get("--quantize")) {
+    if (*q != "f32" && *q != "f16" && *q != "int8" && *q != "int4") {
+      throw UsageError("--quantize " + *q + ": expected f32, f16, int8 or int4");
+    }
+    request.quantize.dtype = conv::precision_from_name(*q);
+  }
+  const bool quantized = request.quantize.dtype != conv::DType::F32;
+  if (!quantized && (args.get("--calibration") || args.get("--max-error") || args.has("--fallback"))) {
+    throw UsageError("--calibration, --max-error and --fallback need --quantize f16, int8 or int4");
+  }
+  request.quantize.calibration = args.get("--calibration");
+  if (auto e = args.get("--max-error")) {
+    char* end = nullptr;
+    const float v = std::strtof(e->c_str(), &end);
+    if (e->empty() || *end != '\0' || !(v >= 0.0f) || !std::isfinite(v)) {
+      throw UsageError("--max-error " + *e + ": expected a finite number >= 0");
+    }
+    request.quantize.max_error = v;
+  }
+  request.quantize.fallback = args.has("--fallback");
+  if (request.quantize.fallback && !request.quantize.max_error) throw UsageError("--fallback needs --max-error E");
   request.input = args.positional[0];
   request.output = args.positional[1];
   request.graph = args.get("--graph");
@@ -94,6 +136,7 @@ int cmd_convert(int argc, char** argv) {
   };
 
   const ConvertReport r = conv::convert(request).report;
+  if (quantized) print_quantization(r);
   std::printf("wrote    %s: %llu bytes (weights %llu bytes), streaming arena (batch 1): %llu bytes\n",
               request.output.c_str(), static_cast<unsigned long long>(r.file_bytes),
               static_cast<unsigned long long>(r.stored_weight_bytes), static_cast<unsigned long long>(r.arena_bytes));

@@ -5,6 +5,7 @@
 
 #include "error.h"
 #include "weight_layout.h"
+#include "weight_quant.h"
 
 namespace ferry::conv {
 namespace {
@@ -48,18 +49,92 @@ std::vector<StoredForm> stored_forms(const ModelPlan& plan) {
     use(l.weight, gates(Role::kLinearWeight));
     use(l.bias, gates(Role::kLinearBias));
   }
-  for (size_t i = 0; i < out.size(); ++i) {
+  const size_t n = out.size();
+  for (size_t i = 0; i < n; ++i) {
     const TensorPlan& t = plan.tensors[i];
-    out[i].elements = t.numel();
-    if (!out[i].panel8) continue;
-    if (t.shape.empty() || t.shape.size() > 2 || t.shape[0] % out[i].gates != 0) {
-      throw Error("internal: tensor '" + t.name + "' does not split into " + std::to_string(out[i].gates) + " gates");
+    StoredForm& f = out[i];
+    f.elements = t.numel();
+    f.bytes = f.elements * sizeof(float);
+    f.dtype = t.dtype;
+    if (t.dtype != DType::F32 && (!f.panel8 || t.shape.size() != 2)) {
+      throw Error("internal: tensor '" + t.name + "' is " + dtype_name(t.dtype) + " but not a weight matrix");
     }
-    const uint32_t units = t.shape[0] / out[i].gates;
+    if (!f.panel8) continue;
+    f.layout = StoredForm::Layout::Panel8;
+    if (t.shape.empty() || t.shape.size() > 2 || t.shape[0] % f.gates != 0) {
+      throw Error("internal: tensor '" + t.name + "' does not split into " + std::to_string(f.gates) + " gates");
+    }
+    const uint32_t units = t.shape[0] / f.gates;
     const uint64_t cols = t.shape.size() == 2 ? t.shape[1] : 1;
-    out[i].elements = layout::panel8_elements(out[i].gates, units, cols);
+    f.units = units;
+    f.cols = cols;
+    f.elements = layout::panel8_elements(f.gates, units, cols);
+    f.bytes = f.elements * sizeof(float);
+    StoredForm scales;
+    scales.gates = f.gates;
+    scales.units = units;
+    scales.cols = cols;
+    scales.scales_of = static_cast<int>(i);
+    switch (t.dtype) {
+      case DType::F32: continue;
+      case DType::F16:
+        f.bytes = f.elements * 2;
+        continue;
+      case DType::I8:
+        f.panel8 = false;
+        f.layout = StoredForm::Layout::Panel8x4;
+        f.bytes = f.elements = layout::panel8x4_bytes(f.gates, units, cols);
+        scales.dtype = DType::F32;
+        scales.elements = layout::row_scale_elements(f.gates, units);
+        scales.bytes = scales.elements * 4;
+        break;
+      case DType::I4:
+        f.panel8 = false;
+        f.layout = StoredForm::Layout::Panel8x8q4;
+        f.bytes = f.elements = layout::panel8x8q4_bytes(f.gates, units, cols);
+        scales.dtype = DType::F16;
+        scales.elements = layout::group_scale_elements(f.gates, units, cols);
+        scales.bytes = scales.elements * 2;
+        break;
+      default:
+        throw Error(std::string("internal: tensor '") + t.name + "': target dtype " + dtype_name(t.dtype));
+    }
+    f.scales = static_cast<int>(out.size());
+    out.push_back(scales);
   }
   return out;
+}
+
+QuantizedTensor quantize_tensor(const TensorPlan& t, const StoredForm& form) {
+  const uint32_t G = form.gates, units = static_cast<uint32_t>(form.units), cols = static_cast<uint32_t>(form.cols);
+  std::vector<float> w(static_cast<size_t>(t.numel()));
+  t.fill(w.data(), 0, w.size());
+  QuantizedTensor q;
+  q.bytes.resize(static_cast<size_t>(form.bytes));
+  bool ok = false;
+  const char* what = "";
+  switch (form.dtype) {
+    case DType::F16:
+      ok = quant::pack_f16_panel8(w.data(), G, units, cols, reinterpret_cast<uint16_t*>(q.bytes.data()));
+      what = "f16 holds finite weights of magnitude below 65520";
+      break;
+    case DType::I8:
+      q.scales.resize(static_cast<size_t>(layout::row_scale_elements(G, units) * 4));
+      ok = quant::quantize_i8_panel8x4(w.data(), G, units, cols, reinterpret_cast<int8_t*>(q.bytes.data()),
+                                       reinterpret_cast<float*>(q.scales.data()));
+      what = "int8 needs finite weights";
+      break;
+    case DType::I4:
+      q.scales.resize(static_cast<size_t>(layout::group_scale_elements(G, units, cols) * 2));
+      ok = quant::quantize_i4_panel8x8q4(w.data(), G, units, cols, q.bytes.data(),
+                                         reinterpret_cast<uint16_t*>(q.scales.data()));
+      what = "int4 needs finite weights of magnitude below 524032";
+      break;
+    default:
+      throw Error("internal: tensor '" + t.name + "' is not quantized");
+  }
+  if (!ok) throw Error("tensor '" + t.name + "' cannot be stored as " + dtype_name(form.dtype) + ": " + what);
+  return q;
 }
 
 // Panel8 is packed in slabs of whole panels (~4 MiB of output at a time): for

@@ -20,16 +20,36 @@
 namespace ferry::conv {
 
 struct StoredForm {
-  bool panel8 = false;   // Panel8, else RowMajor
-  uint32_t gates = 1;    // G (Panel8)
-  uint64_t elements = 0; // stored: the logical count, or padded to whole panels
+  bool panel8 = false;   // Panel8 (float), else RowMajor (or a quantized layout below)
+  uint32_t gates = 1;    // G (panel layouts)
+  uint64_t elements = 0; // stored elements: the logical count, or padded to whole panels
+  // Quantized weight matrices (TensorPlan::dtype F16, I8, I4) and their
+  // scale tensors, appended after the plan's tensors:
+  DType dtype = DType::F32;  // stored element type
+  enum class Layout { RowMajor, Panel8, Panel8x4, Panel8x8q4 } layout = Layout::RowMajor;
+  uint64_t bytes = 0;    // stored bytes, padding included
+  int scales = -1;       // a weight: index of its scale tensor in the written list
+  int scales_of = -1;    // a scale tensor: the weight (plan tensor) whose scales it holds
+  uint64_t units = 0, cols = 1;  // the matrix [G*units, cols] (quantized weights and scales)
 };
 
 // The stored form of each of plan.tensors, from the roles the layers give
-// them. Throws Error("internal: ...") for a plan that is not self-consistent
-// (an index out of range, a tensor used with two gate counts, a shape that
-// does not split into its gates).
+// them, followed by one scale tensor per I8 (F32 row scales) and I4 (F16
+// group scales) weight. Throws Error("internal: ...") for a plan that is not
+// self-consistent (an index out of range, a tensor used with two gate
+// counts, a shape that does not split into its gates, a quantized tensor
+// that is not a matrix of its layer).
 std::vector<StoredForm> stored_forms(const ModelPlan& plan);
+
+// A quantized weight (form.dtype F16, I8 or I4): its stored bytes and, for
+// I8 / I4, its scales' bytes. The whole float tensor is read once. Throws
+// Error naming the tensor when a weight cannot be represented (non-finite,
+// beyond f16's range).
+struct QuantizedTensor {
+  std::vector<uint8_t> bytes;
+  std::vector<uint8_t> scales;
+};
+QuantizedTensor quantize_tensor(const TensorPlan& t, const StoredForm& form);
 
 // Receives packed elements, in stored order.
 using PackSink = std::function<void(const float* data, uint64_t count)>;

@@ -21,8 +21,9 @@ namespace ferry::conv {
 struct TensorPlan {
   std::string name;             // e.g. "lstm.l0.w_ih" (for humans and inspect)
   std::vector<uint32_t> shape;
-  // The dtype it is stored in. Only F32 exists today; quantization will set
-  // F16 or I8 here (`fill` still produces the float32 values).
+  // The dtype it is stored in: F32, or for a weight matrix (w_ih, w_hh,
+  // w_hr, Linear weight) F16, I8 or I4 (plan/quantization.h; `fill` still
+  // produces the float32 values, pack/ quantizes them).
   DType dtype = DType::F32;
   // Writes elements [begin, begin + count) of the C-order tensor to dst.
   std::function<void(float* dst, uint64_t begin, uint64_t count)> fill;
@@ -72,6 +73,23 @@ struct SelfTestPlan {
   float relative_tolerance = 0;
 };
 
+// The converter's accuracy report of a quantized model (schema: Quantization),
+// filled by quantize/accuracy.h; empty `requested`: an fp32 model.
+struct ErrorStatsPlan {
+  std::string name;
+  DType dtype = DType::F32;
+  float max_abs = 0, rms = 0, cosine = 1;
+};
+struct QuantizationPlan {
+  std::string requested;  // "f16", "int8", "int4"
+  std::string input;      // what the error was measured on
+  float max_error = 0;
+  ErrorStatsPlan model;
+  std::vector<ErrorStatsPlan> layers;
+  uint32_t drift_steps = 0;
+  float drift_start_rms = 0, drift_end_rms = 0;
+};
+
 struct ModelPlan {
   std::vector<LayerPlan> layers;
   std::vector<TensorPlan> tensors;
@@ -88,6 +106,7 @@ struct ModelPlan {
   std::function<std::string()> source_sha256_async;
   std::vector<MappingRow> mapping;
   SelfTestPlan selftest;  // written when batch > 0
+  QuantizationPlan quantization;  // written when requested is set
 };
 
 }  // namespace ferry::conv

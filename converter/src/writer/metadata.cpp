@@ -33,12 +33,31 @@ fb::LayerKind layer_kind(LayerOp op) {
   return fb::LayerKind::Identity;
 }
 
-// The schema's dtype of a planned tensor. The packer produces float32 only,
-// so F32 is the one dtype a plan may target until quantization exists.
-fb::DType stored_dtype(const TensorPlan& t) {
-  if (t.dtype != DType::F32)
-    throw Error("internal: tensor '" + t.name + "': target dtype " + dtype_name(t.dtype) + " is not supported");
-  return fb::DType::F32;
+fb::DType stored_dtype(DType d) {
+  switch (d) {
+    case DType::F32: return fb::DType::F32;
+    case DType::F16: return fb::DType::F16;
+    case DType::I8: return fb::DType::I8;
+    case DType::I4: return fb::DType::I4;
+    default: throw Error(std::string("internal: stored dtype ") + dtype_name(d) + " is not in the schema");
+  }
+}
+
+fb::TensorLayout stored_layout(StoredForm::Layout l) {
+  switch (l) {
+    case StoredForm::Layout::Panel8: return fb::TensorLayout::Panel8;
+    case StoredForm::Layout::Panel8x4: return fb::TensorLayout::Panel8x4;
+    case StoredForm::Layout::Panel8x8q4: return fb::TensorLayout::Panel8x8q4;
+    default: return fb::TensorLayout::RowMajor;
+  }
+}
+
+// The format minor a file needs: 1.3 only for quantized weights, so that an
+// f32 conversion stays byte-identical to (and as readable as) a 1.2 file.
+constexpr uint16_t kMinorWithoutQuantization = 2;
+
+flatbuffers::Offset<fb::ErrorStats> error_stats(flatbuffers::FlatBufferBuilder& fbb, const ErrorStatsPlan& e) {
+  return fb::CreateErrorStats(fbb, fbb.CreateString(e.name), stored_dtype(e.dtype), e.max_abs, e.rms, e.cosine);
 }
 
 }  // namespace
@@ -48,7 +67,7 @@ BlobLayout blob_layout(const std::vector<StoredForm>& forms) {
   blob.offsets.resize(forms.size());
   for (size_t i = 0; i < forms.size(); ++i) {
     blob.offsets[i] = blob.size;
-    blob.size = align_up(blob.size + forms[i].elements * sizeof(float));
+    blob.size = align_up(blob.size + forms[i].bytes);
   }
   return blob;
 }
@@ -68,11 +87,31 @@ EncodedModel encode_model(const ModelPlan& plan, const std::vector<StoredForm>& 
   const auto weights = fbb.CreateUninitializedVector(static_cast<size_t>(blob_size), 1, &unwritten);
 
   std::vector<flatbuffers::Offset<fb::Tensor>> tensors;
-  for (size_t i = 0; i < plan.tensors.size(); ++i) {
-    const TensorPlan& t = plan.tensors[i];
-    tensors.push_back(fb::CreateTensor(fbb, fbb.CreateString(t.name), stored_dtype(t),
-                                       forms[i].panel8 ? fb::TensorLayout::Panel8 : fb::TensorLayout::RowMajor,
-                                       fbb.CreateVector(t.shape), blob.offsets[i], forms[i].elements * sizeof(float)));
+  bool quantized = false;
+  for (size_t i = 0; i < forms.size(); ++i) {
+    const StoredForm& f = forms[i];
+    if (i < plan.tensors.size()) {
+      const TensorPlan& t = plan.tensors[i];
+      quantized = quantized || f.dtype != DType::F32;
+      tensors.push_back(fb::CreateTensor(fbb, fbb.CreateString(t.name), stored_dtype(f.dtype), stored_layout(f.layout),
+                                         fbb.CreateVector(t.shape), blob.offsets[i], f.bytes, f.scales));
+    } else {
+      const TensorPlan& w = plan.tensors.at(static_cast<size_t>(f.scales_of));
+      const std::vector<uint32_t> shape{static_cast<uint32_t>(f.elements)};
+      tensors.push_back(fb::CreateTensor(fbb, fbb.CreateString(w.name + ".scales"), stored_dtype(f.dtype),
+                                         fb::TensorLayout::RowMajor, fbb.CreateVector(shape), blob.offsets[i],
+                                         f.bytes));
+    }
+  }
+  flatbuffers::Offset<fb::Quantization> quantization;
+  if (!plan.quantization.requested.empty()) {
+    const QuantizationPlan& q = plan.quantization;
+    std::vector<flatbuffers::Offset<fb::ErrorStats>> layer_stats;
+    for (const ErrorStatsPlan& e : q.layers) layer_stats.push_back(error_stats(fbb, e));
+    const auto model_stats = error_stats(fbb, q.model);
+    quantization = fb::CreateQuantization(fbb, fbb.CreateString(q.requested), fbb.CreateString(q.input), q.max_error,
+                                          model_stats, fbb.CreateVector(layer_stats), q.drift_steps,
+                                          q.drift_start_rms, q.drift_end_rms);
   }
   std::vector<flatbuffers::Offset<fb::Layer>> layers;
   for (const LayerPlan& l : plan.layers) {
@@ -103,7 +142,7 @@ EncodedModel encode_model(const ModelPlan& plan, const std::vector<StoredForm>& 
   }
   fb::ModelBuilder mb(fbb);
   mb.add_format_major(FERRY_FORMAT_MAJOR);
-  mb.add_format_minor(FERRY_FORMAT_MINOR);
+  mb.add_format_minor(quantized || !quantization.IsNull() ? FERRY_FORMAT_MINOR : kMinorWithoutQuantization);
   mb.add_layers(fbb.CreateVector(layers));
   mb.add_tensors(fbb.CreateVector(tensors));
   mb.add_weights(flatbuffers::Offset<flatbuffers::Vector<uint8_t>>(weights));
@@ -114,6 +153,7 @@ EncodedModel encode_model(const ModelPlan& plan, const std::vector<StoredForm>& 
   mb.add_arena_bytes_stream_b1(~uint64_t{0});  // placeholder, set by the runtime pass
   mb.add_provenance(provenance);
   if (!selftest.IsNull()) mb.add_selftest(selftest);
+  if (!quantization.IsNull()) mb.add_quantization(quantization);
   fbb.Finish(mb.Finish(), fb::ModelIdentifier());
 
   auto buffer = std::make_shared<flatbuffers::DetachedBuffer>(fbb.Release());

@@ -72,9 +72,27 @@ class MemorySink : public BlobSink {
 void write_blob(const ModelPlan& plan, const std::vector<StoredForm>& forms, const BlobLayout& blob, int source_fd,
                 BlobSink& sink, const Progress& progress) {
   std::vector<float> scratch;
-  for (size_t i = 0; i < plan.tensors.size(); ++i) {
+  // Scales of quantized weights, kept from the weight until their own turn
+  // (after the plan's tensors; a small fraction of the weights' bytes).
+  std::vector<std::vector<uint8_t>> pending(forms.size());
+  for (size_t i = 0; i < forms.size(); ++i) {
+    const uint64_t bytes = forms[i].bytes;
+    const uint64_t next = i + 1 < forms.size() ? blob.offsets[i + 1] : blob.size;
+    if (i >= plan.tensors.size() || forms[i].dtype != DType::F32) {
+      if (i >= plan.tensors.size()) {
+        if (pending[i].size() != bytes) throw Error("internal: scales of tensor " + std::to_string(forms[i].scales_of));
+        sink.write(pending[i].data(), pending[i].size());
+        std::vector<uint8_t>().swap(pending[i]);
+      } else {
+        QuantizedTensor q = quantize_tensor(plan.tensors[i], forms[i]);
+        sink.write(q.bytes.data(), q.bytes.size());
+        if (forms[i].scales >= 0) pending[static_cast<size_t>(forms[i].scales)] = std::move(q.scales);
+      }
+      sink.zeros(next - (blob.offsets[i] + bytes));
+      if (progress) progress(next, blob.size);
+      continue;
+    }
     const TensorPlan& t = plan.tensors[i];
-    const uint64_t bytes = forms[i].elements * sizeof(float);
     if (t.source_offset >= 0 && source_fd >= 0 && !forms[i].panel8) {
       // Stored as in the source: a file-to-file copy.
       sink.copy_from(source_fd, static_cast<uint64_t>(t.source_offset), bytes);
@@ -83,7 +101,6 @@ void write_blob(const ModelPlan& plan, const std::vector<StoredForm>& forms, con
         sink.write(reinterpret_cast<const uint8_t*>(data), static_cast<size_t>(count * sizeof(float)));
       });
     }
-    const uint64_t next = i + 1 < plan.tensors.size() ? blob.offsets[i + 1] : blob.size;
     sink.zeros(next - (blob.offsets[i] + bytes));
     if (progress) progress(next, blob.size);
   }
