@@ -978,8 +978,8 @@ def model_entries():
     model("tensor_dtype_int8.fb",
           lstm_model(lambda p: (p["tensors"][0].__setitem__(1, ("B", 2)),
                                 p["tensors"][0].__setitem__(6, ("i", 0)))),
-          "dtype I8 is not supported", "an int8 tensor whose scales are the tensor itself "
-          "(quantized tensors are not supported by this runtime)", "FERRY_UNSUPPORTED")
+          "tensors[0] (layers[0] w_ih): layout RowMajor does not hold dtype I8",
+          "an int8 tensor stored RowMajor (int8 exists only in Panel8x4), its scales the tensor itself")
     model("tensor_layout_unknown.fb", lstm_model(tensor_field(0, 2, "B", 7)),
           "tensors[0] (w_ih): layout 7 is not supported", "layout 7", "FERRY_UNSUPPORTED")
     model("weights_missing.fb", lstm_model(lambda p: p.__setitem__("blob", None)),
@@ -1087,6 +1087,152 @@ def conv_layer(stride=1, dilation=1, groups=2, pad=(1, 1), mode=None, kernel=3):
 CONV_TENSORS = [("conv.weight", [6, 2, 3]), ("conv.bias", [6])]
 
 
+# Quantized models (format 1.3): LSTM(3, 4) > last > Linear(4, 2) whose LSTM
+# matrices are f16 (Panel8), int8 (Panel8x4 + F32 row scales) or int4
+# (Panel8x8q4 + F16 group scales), every other tensor F32 Panel8, the layout
+# runtime/src/shared/weight_layout.h defines.
+F32, F16, I8, I4 = 0, 1, 2, 3
+ROW_MAJOR, PANEL8, PANEL8X4, PANEL8X8Q4 = 0, 1, 2, 3
+
+
+def padded(units):
+    return (units + 7) // 8 * 8
+
+
+def quant_lstm_model(dtype, mutate=None):
+    I, H, O = 3, 4, 2
+    blob = bytearray()
+    tensors = []
+
+    def put(name, shape, data, dt, lay, scales=None):
+        offset = len(blob)
+        blob.extend(data)
+        blob.extend(b"\0" * ((64 - len(blob) % 64) % 64))
+        tensors.append(tensor_table(name, shape, offset, len(data), dtype=dt, layout=lay, scales=scales))
+
+    def matrix(name, cols, index):
+        G, units = 4, H
+        rows = padded(units) * G
+        if dtype == F16:
+            vals = [((k * 37 + index) % 17 - 8) / 32.0 for k in range(rows * cols)]
+            put(name, [G * H, cols], struct.pack("<%de" % len(vals), *vals), F16, PANEL8)
+        elif dtype == I8:
+            k4 = (cols + 3) // 4 * 4
+            q = bytes(((k * 7 + index) % 15 - 7) & 0xFF for k in range(rows * k4))
+            put(name, [G * H, cols], q, I8, PANEL8X4, scales=5 + index)
+        else:
+            k32 = (cols + 31) // 32 * 32
+            q = bytes(((k * 5 + index) % 256) for k in range(rows * k32 // 2))
+            put(name, [G * H, cols], q, I4, PANEL8X8Q4, scales=5 + index)
+
+    matrix("lstm.l0.w_ih", I, 0)
+    matrix("lstm.l0.w_hh", H, 1)
+    put("lstm.l0.bias", [4 * H], f32(*[0.125 * (k % 5 - 2) for k in range(padded(H) * 4)]), None, PANEL8)
+    put("fc.weight", [O, H], f32(*[0.25 * (k % 3 - 1) for k in range(padded(O) * H)]), None, PANEL8)
+    put("fc.bias", [O], f32(*([0.5] * padded(O))), None, PANEL8)
+    if dtype == I8:
+        for index in range(2):
+            n = padded(H) * 4
+            put("lstm.l0.%s.scales" % ("w_ih", "w_hh")[index], [n], f32(*[0.01 * (1 + k % 5) for k in range(n)]),
+                None, None)
+    elif dtype == I4:
+        for index, cols in enumerate((I, H)):
+            n = padded(H) * 4 * ((cols + 31) // 32)
+            vals = [0.02 * (1 + k % 3) * (-1 if k % 4 == 3 else 1) for k in range(n)]  # signed, as Q4_0
+            put("lstm.l0.%s.scales" % ("w_ih", "w_hh")[index], [n], struct.pack("<%de" % n, *vals), F16, None)
+    cells = [cell_table(0, 1, bias=2)]
+    layers = [layer_table(LSTM, "lstm", I, H, hidden=H, num_layers=1, cells=cells),
+              layer_table(LAST, "last", H, H),
+              layer_table(LINEAR, "fc", H, O, weight=3, bias=4)]
+    model = {0: ("H", 1), 1: ("H", 3), 5: ("B", 0), 6: ("I", I), 7: ("I", O), 8: ("B", 0),
+             9: ("Q", 4096)}
+    parts = dict(blob=blob, tensors=tensors, cells=cells, layers=layers, model=model)
+    if mutate:
+        mutate(parts)
+    m = dict(parts["model"])
+    m[2] = ("off", TVec([Table(l) for l in parts["layers"]]))
+    m[3] = ("off", TVec([Table(t) for t in parts["tensors"]]))
+    m[4] = ("off", Vec("B", bytes(parts["blob"]), align=64))
+    return FB().finish(Table(m))
+
+
+def quant_entries():
+    for dt, name in ((F16, "f16"), (I8, "int8"), (I4, "int4")):
+        add("models/control_lstm_%s.fb" % name, quant_lstm_model(dt), "model", None,
+            "control: LSTM(3, 4) > last > Linear(4, 2) with %s LSTM matrices (format 1.3), written by this "
+            "script" % name, ok=True)
+
+    def tensor_field(ti, slot, fmt, value):
+        return lambda p: p["tensors"][ti].__setitem__(slot, (fmt, value))
+
+    def scale_value(ti, index, fmt, value):
+        def mutate(p):
+            t = p["tensors"][ti]
+            offset = t[4][1] + index * struct.calcsize(fmt)
+            p["blob"][offset:offset + struct.calcsize(fmt)] = struct.pack(fmt, value)
+        return mutate
+
+    for label, value in (("zero", 0.0), ("negative", -0.5), ("nan", float("nan")), ("inf", float("inf"))):
+        model("int8_scale_%s.fb" % label, quant_lstm_model(I8, scale_value(6, 9, "<f", value)),
+              "tensors[6] (layers[0] w_hh scales): scale 9 is zero, negative, NaN or Inf",
+              "an int8 row scale that is %s (w_hh, row slot 9)" % label)
+    for label, value in (("zero", 0.0), ("negzero", -0.0), ("nan", float("nan")), ("inf", float("inf"))):
+        model("int4_scale_%s.fb" % label, quant_lstm_model(I4, scale_value(5, 3, "<e", value)),
+              "tensors[5] (layers[0] w_ih scales): scale 3 is zero, negative, NaN or Inf",
+              "an int4 group scale that is %s (w_ih, slot 3); negative int4 scales are valid (Q4_0's "
+              "sign convention)" % label)
+    model("int8_scales_count_short.fb",
+          quant_lstm_model(I8, lambda p: (p["tensors"][5].__setitem__(3, ("off", Vec("I", [31]))),
+                                          p["tensors"][5].__setitem__(5, ("Q", 124)))),
+          "tensors[5] (layers[0] w_ih scales): 31 elements in 124 bytes, the weight needs 32 scales",
+          "31 row scales for 16 rows padded to 32")
+    model("int4_scales_count_long.fb",
+          quant_lstm_model(I4, lambda p: (p["tensors"][6].__setitem__(3, ("off", Vec("I", [64]))),
+                                          p["tensors"][6].__setitem__(5, ("Q", 128)))),
+          "tensors[6] (layers[0] w_hh scales): 64 elements in 128 bytes, the weight needs 32 scales",
+          "64 group scales where K = 4 is one group of 32")
+    model("int8_scales_missing.fb", quant_lstm_model(I8, tensor_field(0, 6, "i", -1)),
+          "tensors[0] (layers[0] w_ih): scales index -1 out of range (I8 needs a scale tensor)",
+          "an int8 weight without scales")
+    model("int8_scales_self.fb", quant_lstm_model(I8, tensor_field(0, 6, "i", 0)),
+          "tensors[0] (layers[0] w_ih): scales index 0 out of range", "an int8 weight that is its own scales")
+    model("int8_scales_f16.fb", quant_lstm_model(I8, tensor_field(5, 1, "B", F16)),
+          "an I8 weight needs F32 scales", "int8 row scales stored as f16")
+    model("int4_k_not_whole_groups.fb", quant_lstm_model(I4, tensor_field(1, 5, "Q", 64)),
+          "tensors[1] (w_hh): size 64 bytes, shape needs 512",
+          "an int4 w_hh whose size counts K = 4 unpadded (8 x 4 x 4 / 2 bytes) instead of whole groups of 32")
+    model("int8_bias_role.fb", quant_lstm_model(I8, tensor_field(2, 1, "B", I8)),
+          "tensors[2] (layers[0] bias): dtype I8 is not allowed for this role",
+          "an int8 bias (only weight matrices are quantized)")
+    model("int4_linear_bias_role.fb", quant_lstm_model(I4, tensor_field(4, 1, "B", I4)),
+          "tensors[4] (layers[2] bias): dtype I4 is not allowed for this role", "an int4 Linear bias")
+    model("int8_layout_panel8.fb", quant_lstm_model(I8, tensor_field(1, 2, "B", PANEL8)),
+          "tensors[1] (layers[0] w_hh): layout Panel8 does not hold dtype I8", "int8 weights in the float layout")
+    model("int4_layout_panel8x4.fb", quant_lstm_model(I4, tensor_field(0, 2, "B", PANEL8X4)),
+          "tensors[0] (layers[0] w_ih): layout Panel8x4 does not hold dtype I4", "int4 weights in int8's layout")
+    model("mixed_dtypes_in_layer.fb",
+          quant_lstm_model(I8, lambda p: (p["tensors"][1].__setitem__(1, ("B", F16)),
+                                          p["tensors"][1].__setitem__(2, ("B", PANEL8)),
+                                          p["tensors"][1].__setitem__(5, ("Q", 256)),
+                                          p["tensors"][1].pop(6))),
+          "layers[0] (LSTM).cells[0].w_hh: dtype F16, the layer's first w_ih is I8 (one dtype per layer)",
+          "an f16 w_hh beside an int8 w_ih: a layer runs on one kernel set")
+    model("f16_bias_rowmajor.fb", quant_lstm_model(F16, lambda p: (tensor_field(2, 2, "B", ROW_MAJOR)(p), tensor_field(2, 5, "Q", 64)(p))),
+          "layers[0] (LSTM): F16 weights need every tensor of the layer in a panel layout",
+          "f16 matrices beside a RowMajor bias (the quantized kernels read Panel8 biases)")
+    model("f32_with_scales.fb", quant_lstm_model(F16, tensor_field(3, 6, "i", 2)),
+          "tensors[3] (layers[2] weight): scales set on a F32 tensor", "an fp32 Linear weight that names scales")
+
+    def wide_input(p):
+        cols = 133145
+        p["model"][6] = ("I", cols)
+        p["layers"][0][2] = ("I", cols)
+        p["tensors"][0][3] = ("off", Vec("I", [16, cols]))
+    model("int8_too_wide.fb", quant_lstm_model(I8, wide_input),
+          "tensors[0] (layers[0] w_ih): I8 with 133145 columns, at most 133144",
+          "an int8 LSTM w_ih over 133,145 inputs: K * 127^2 would overflow the int32 sums")
+
+
 def op_entries():
     """Bad parameters of the format 1.2 ops (convolutions, normalisations,
     embeddings, residual slots), each beside a control built the same way."""
@@ -1175,6 +1321,7 @@ def main():
     legacy_entries()
     module_entries()
     model_entries()
+    quant_entries()
     op_entries()
     with open(os.path.join(HERE, "manifest.json"), "w") as f:
         json.dump(ENTRIES, f, indent=1)

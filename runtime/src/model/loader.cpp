@@ -336,6 +336,11 @@ struct Loader {
         }
       }
     }
+    if (layer->dtype != DType::kF32 && !layer->panel8) {
+      return fail(FERRY_INVALID_MODEL, "layers[%u] (%s): %s weights need every tensor of the layer in a panel layout "
+                  "(biases Panel8), as the quantized kernels read them", li, name,
+                  fb::EnumNameDType(static_cast<fb::DType>(layer->dtype)));
+    }
     out->num_cells += ncells;
     layer->state_floats = ncells * layer->h_out + (layer->op == Op::kLstm ? ncells * h : 0);
     layer->state_offset = out->state_floats;
@@ -562,6 +567,11 @@ struct Loader {
           s = optional_tensor(l->bias(), i, "bias", 1, b, g_b, &layer.bias);
           layer.panel8 = layer.weight.packed() && (!layer.bias || layer.bias.panel8());
           layer.dtype = layer.weight.dtype;
+          if (s == FERRY_OK && layer.dtype != DType::kF32 && !layer.panel8) {
+            return fail(FERRY_INVALID_MODEL, "layers[%u] (Linear): %s weights need every tensor of the layer in a "
+                        "panel layout (bias Panel8), as the quantized kernels read them", i,
+                        fb::EnumNameDType(static_cast<fb::DType>(layer.dtype)));
+          }
           break;
         }
         case Op::kLast:
