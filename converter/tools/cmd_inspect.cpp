@@ -1,6 +1,8 @@
 // ferry inspect FILE: a checkpoint (its form, tensors, attributes, the
 // modules they make and what is ignored) or a .fb model (its layers,
 // tensors, sizes and provenance).
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <set>
@@ -15,11 +17,63 @@
 #include "io/mapped_file.h"
 #include "io/sha256.h"
 #include "mapping/modules.h"
+#include "weight_layout.h"
 
 namespace ferry::cli {
 namespace {
 
 using namespace ferry::conv;
+
+// ", per row, scales [min, max] |s|" for a quantized tensor (its scales
+// were checked by the loader).
+std::string scale_summary(const ferry::fb::Model* m, const ferry::fb::Tensor* t) {
+  if (t->scales() < 0 || !m->tensors() || static_cast<uint32_t>(t->scales()) >= m->tensors()->size()) return "";
+  const auto* st = m->tensors()->Get(static_cast<uint32_t>(t->scales()));
+  const uint8_t* p = m->weights()->data() + st->offset();
+  const bool f32 = st->dtype() == ferry::fb::DType::F32;
+  const uint64_t n = st->size() / (f32 ? 4 : 2);
+  float lo = INFINITY, hi = 0;
+  double sum = 0;
+  for (uint64_t i = 0; i < n; ++i) {
+    float v;
+    if (f32) {
+      std::memcpy(&v, p + 4 * i, 4);
+    } else {
+      uint16_t h;
+      std::memcpy(&h, p + 2 * i, 2);
+      v = ferry::layout::float_from_half(h);
+    }
+    v = std::fabs(v);
+    lo = std::min(lo, v);
+    hi = std::max(hi, v);
+    sum += v;
+  }
+  char text[160];
+  std::snprintf(text, sizeof text, ", %s, %llu scales (tensor %d) |s| in [%.3g, %.3g], mean %.3g",
+                f32 ? "per row" : "groups of 32 k", static_cast<unsigned long long>(n), t->scales(), lo, hi,
+                n ? sum / n : 0.0);
+  return text;
+}
+
+void print_stats(const ferry::fb::ErrorStats* e) {
+  if (!e) return;
+  std::printf("accuracy %-10s %-4s max abs %.3g  rms %.3g  cosine %.6f\n", e->name() ? e->name()->c_str() : "",
+              ferry::fb::EnumNameDType(e->dtype()), e->max_abs(), e->rms(), e->cosine());
+}
+
+void print_quantization(const ferry::fb::Quantization* q) {
+  std::printf("quantize %s, measured against fp32 on %s%s\n", q->requested() ? q->requested()->c_str() : "?",
+              q->input() ? q->input()->c_str() : "?",
+              q->max_error() > 0 ? (", --max-error " + std::to_string(q->max_error())).c_str() : "");
+  if (q->layers()) {
+    for (const auto* e : *q->layers()) print_stats(e);
+  }
+  print_stats(q->model());
+  if (q->drift_steps()) {
+    std::printf("drift    %u streamed steps: rms error %.3g over the first 1%%, %.3g over the last 1%%\n",
+                q->drift_steps(), q->drift_start_rms(), q->drift_end_rms());
+  }
+}
 
 int inspect_model(const std::string& path) {
   LoadedModel lm(path);
@@ -43,16 +97,28 @@ int inspect_model(const std::string& path) {
     std::printf("\n");
   }
   if (m->tensors()) {
+    uint64_t bytes_by_dtype[4] = {};
     for (uint32_t i = 0; i < m->tensors()->size(); ++i) {
       const auto* t = m->tensors()->Get(i);
       std::string shape;
       for (uint32_t d = 0; t->shape() && d < t->shape()->size(); ++d)
         shape += (d ? ", " : "") + std::to_string(t->shape()->Get(d));
-      std::printf("tensor %-3u %-28s %s [%s] %s @%llu, %llu bytes\n", i, t->name() ? t->name()->c_str() : "",
+      std::printf("tensor %-3u %-28s %s [%s] %s @%llu, %llu bytes%s\n", i, t->name() ? t->name()->c_str() : "",
                   ferry::fb::EnumNameDType(t->dtype()), shape.c_str(), ferry::fb::EnumNameTensorLayout(t->layout()),
-                  static_cast<unsigned long long>(t->offset()), static_cast<unsigned long long>(t->size()));
+                  static_cast<unsigned long long>(t->offset()), static_cast<unsigned long long>(t->size()),
+                  scale_summary(m, t).c_str());
+      bytes_by_dtype[static_cast<size_t>(t->dtype())] += t->size();
     }
+    std::printf("weights ");
+    for (size_t d = 0; d < 4; ++d) {
+      if (bytes_by_dtype[d]) {
+        std::printf(" %s %llu bytes", ferry::fb::EnumNameDType(static_cast<ferry::fb::DType>(d)),
+                    static_cast<unsigned long long>(bytes_by_dtype[d]));
+      }
+    }
+    std::printf("\n");
   }
+  if (const auto* q = m->quantization()) print_quantization(q);
   if (const auto* p = m->provenance()) {
     std::printf("source   %s (%s), sha256 %s\n", p->source_file() ? p->source_file()->c_str() : "?",
                 p->source_format() ? p->source_format()->c_str() : "?",

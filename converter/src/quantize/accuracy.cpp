@@ -58,7 +58,7 @@ EvalInput evaluation_input(const ModelPlan& plan, const QuantizeRequest& r) {
   for (float v : a.data)
     if (!std::isfinite(v)) throw Error("--calibration '" + path + "': holds NaN or Inf");
   in.x = std::move(a.data);
-  in.description = "calibration " + path;
+  in.description = "calibration " + path.substr(path.rfind('/') == std::string::npos ? 0 : path.rfind('/') + 1);
   return in;
 }
 
