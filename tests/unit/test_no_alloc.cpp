@@ -143,13 +143,15 @@ TEST(NoAlloc, TheTrapSeesAllocations) {
 // Generated models covering every layer kind and path of the fast backends:
 // fused steps, batched steps, projections, bidirectional stacks, variable
 // lengths, Linear per time step and after `last`, activations, softmax.
+// `dtype`: of the weight matrices (w_ih, w_hh, w_hr, the Linear's weight).
 ModelBytes model(LayerOp op, uint32_t in, uint32_t hidden, uint32_t proj, uint32_t layers, bool bidirectional,
-                 bool sequence_out) {
+                 bool sequence_out, DType dtype = DType::F32) {
   std::mt19937 rng(static_cast<uint32_t>(hidden * 131 + in));
   ModelPlan plan;
-  const auto tensor = [&](std::vector<uint32_t> shape) {
+  const auto tensor = [&](std::vector<uint32_t> shape, bool matrix = false) {
     TensorPlan t;
     t.name = "t" + std::to_string(plan.tensors.size());
+    t.dtype = matrix ? dtype : DType::F32;
     t.shape = std::move(shape);
     std::vector<float> values(static_cast<size_t>(t.numel()));
     std::uniform_real_distribution<float> u(-0.3f, 0.3f);
@@ -174,11 +176,11 @@ ModelBytes model(LayerOp op, uint32_t in, uint32_t hidden, uint32_t proj, uint32
   for (uint32_t k = 0; k < layers; ++k) {
     for (uint32_t d = 0; d < dirs; ++d) {
       CellPlan c;
-      c.w_ih = tensor({gates * hidden, k == 0 ? in : dirs * h_out});
-      c.w_hh = tensor({gates * hidden, h_out});
+      c.w_ih = tensor({gates * hidden, k == 0 ? in : dirs * h_out}, true);
+      c.w_hh = tensor({gates * hidden, h_out}, true);
       c.bias = tensor({gates * hidden});
       if (op == LayerOp::GRU) c.b_hn = tensor({hidden});
-      if (proj) c.w_hr = tensor({proj, hidden});
+      if (proj) c.w_hr = tensor({proj, hidden}, true);
       r.cells.push_back(c);
     }
   }
@@ -196,7 +198,7 @@ ModelBytes model(LayerOp op, uint32_t in, uint32_t hidden, uint32_t proj, uint32
   fc.name = "fc";
   fc.input_size = width;
   fc.output_size = 5;
-  fc.weight = tensor({5, width});
+  fc.weight = tensor({5, width}, true);
   fc.bias = tensor({5});
   plan.layers.push_back(fc);
   for (LayerOp act : {LayerOp::Tanh, LayerOp::Sigmoid, LayerOp::ReLU, LayerOp::Softmax}) {
@@ -226,13 +228,15 @@ TEST(NoAlloc, RunStepAndStateAllocateNothing) {
   };
   const ferry_backend backends[] = {FERRY_BACKEND_REFERENCE, FERRY_BACKEND_SIMD, FERRY_BACKEND_XNNPACK,
                                     FERRY_BACKEND_AUTO};
+  for (DType dtype : {DType::F32, DType::F16, DType::I8, DType::I4})
   for (const Spec& spec : specs) {
+    SCOPED_TRACE(dtype_name(dtype));
     // A pool (made before the trap: making one allocates) for the first
     // model only: its workers spin between calls, which a loaded 2-core CI
     // machine pays for dearly.
     void* pool = &spec == &specs[0] ? ferry_threadpool_create(2) : nullptr;
     const ModelBytes bytes = model(spec.op, spec.in, spec.hidden, spec.proj, spec.layers, spec.bidirectional,
-                                   spec.sequence_out);
+                                   spec.sequence_out, dtype);
     std::vector<uint8_t> copy(bytes.data(), bytes.data() + bytes.size());
     ferry_model* m = nullptr;
     ASSERT_EQ(ferry_model_load(copy.data(), copy.size(), nullptr, &m), FERRY_OK) << ferry_last_error();
