@@ -1,0 +1,95 @@
+// `ferry convert --quantize` as a user runs it: the accuracy report on
+// stdout, --max-error refusing (non-zero status, one error line, no output
+// file), --fallback saying which layer moved, bad option combinations
+// refused, and `ferry inspect` showing dtypes, scales and the stored report.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <string>
+
+#include "cli_runner.h"
+
+namespace {
+
+using ferry::test::CommandResult;
+using ferry::test::run_ferry;
+using ferry::test::shell_quote;
+using ferry::test::TempDir;
+
+const std::string kTrained = std::string(FERRY_FIXTURES_DIR) + "/trained/";
+
+std::string sunspots(const std::string& out, const std::string& extra) {
+  return "convert " + shell_quote(kTrained + "sunspots_lstm.pt") + " " + shell_quote(out) +
+         " --graph 'lstm > last > fc' --batch-first " + extra;
+}
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+TEST(CliQuantize, Int8PrintsTheReportAndInspectShowsIt) {
+  TempDir dir;
+  const std::string out = dir / "q.fb";
+  const CommandResult r =
+      run_ferry(sunspots(out, "--quantize int8 --calibration " + shell_quote(kTrained + "sunspots_lstm.input.npy")), dir);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "quantize lstm       int8")) << r.out;
+  EXPECT_TRUE(contains(r.out, "kept f32: 32 weights")) << r.out;
+  EXPECT_TRUE(contains(r.out, "accuracy model      int8  max abs")) << r.out;
+  EXPECT_TRUE(contains(r.out, "drift    10000 streamed steps")) << r.out;
+  const CommandResult i = run_ferry("inspect " + shell_quote(out), dir);
+  ASSERT_EQ(i.status, 0) << i.err;
+  EXPECT_TRUE(contains(i.out, "format 1.3")) << i.out;
+  EXPECT_TRUE(contains(i.out, "I8 [128, 32] Panel8x4")) << i.out;
+  EXPECT_TRUE(contains(i.out, "per row, 128 scales")) << i.out;
+  EXPECT_TRUE(contains(i.out, "quantize int8, measured against fp32 on calibration sunspots_lstm.input.npy")) << i.out;
+  const CommandResult s = run_ferry("selftest " + shell_quote(out), dir);
+  EXPECT_EQ(s.status, 0) << s.out << s.err;
+}
+
+TEST(CliQuantize, MaxErrorRefusesAndLeavesNothing) {
+  TempDir dir;
+  const std::string out = dir / "q.fb";
+  const CommandResult r = run_ferry(sunspots(out, "--quantize int4 --max-error 0.001"), dir);
+  EXPECT_NE(r.status, 0);
+  EXPECT_TRUE(contains(r.err, "ferry: error: the quantized model's max abs error")) << r.err;
+  EXPECT_TRUE(contains(r.err, "exceeds --max-error 0.001")) << r.err;
+  EXPECT_TRUE(contains(r.err, "pass --fallback")) << r.err;
+  EXPECT_FALSE(std::filesystem::exists(out));
+}
+
+TEST(CliQuantize, FallbackSaysWhichLayerMoved) {
+  TempDir dir;
+  const std::string out = dir / "q.fb";
+  const CommandResult r = run_ferry(sunspots(out, "--quantize int4 --max-error 0.01 --fallback"), dir);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "fallback lstm: int4 -> int8")) << r.out;
+  EXPECT_TRUE(contains(r.out, "quantize lstm       int8  fallback from int4 to meet --max-error")) << r.out;
+  EXPECT_TRUE(std::filesystem::exists(out));
+}
+
+TEST(CliQuantize, BadOptionsAreRefused) {
+  TempDir dir;
+  const std::string out = dir / "q.fb";
+  const struct {
+    const char* args;
+    const char* message;
+  } cases[] = {
+      {"--quantize int2", "--quantize int2: expected f32, f16, int8 or int4"},
+      {"--max-error 0.1", "need --quantize f16, int8 or int4"},
+      {"--quantize int8 --fallback", "--fallback needs --max-error E"},
+      {"--quantize int8 --max-error -1", "--max-error -1: expected a finite number >= 0"},
+      {"--quantize int8 --max-error nan", "--max-error nan: expected a finite number >= 0"},
+      {"--quantize int8 --calibration /nonexistent.npy", "/nonexistent.npy"},
+      {"--quantize int8 --calibration __digits__", "the model takes [B,T,1]"},
+  };
+  for (const auto& c : cases) {
+    std::string args = c.args;
+    const size_t at = args.find("__digits__");
+    if (at != std::string::npos) args.replace(at, 10, shell_quote(kTrained + "digits_gru.input.npy"));
+    const CommandResult r = run_ferry(sunspots(out, args), dir);
+    EXPECT_NE(r.status, 0) << args;
+    EXPECT_TRUE(contains(r.err, c.message)) << args << ": " << r.err;
+    EXPECT_FALSE(std::filesystem::exists(out)) << args;
+  }
+}
+
+}  // namespace
