@@ -236,6 +236,11 @@ TEST(QuantizedTrained, F16WithinTwoThousandthsOfPyTorch) {
       // scores); relative to the output's magnitude beyond (the classifier's
       // logits reach ~20, and f16 rounds each weight by up to 2^-11 relative).
       EXPECT_LE(worst, 2e-3 * scale) << name << " " << ferry_backend_name(b);
+      if (std::string(name) == "sunspots_lstm") {
+        std::printf("sunspots f16 (%s): RMSE %.4f\n", ferry_backend_name(b), sunspots_rmse(y));
+      } else {
+        std::printf("digits f16 (%s): accuracy %.2f%%\n", ferry_backend_name(b), 100 * digits_accuracy(y));
+      }
     }
     expect_step_equals_run(model, x);
   }
