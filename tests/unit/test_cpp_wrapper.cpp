@@ -7,13 +7,9 @@
 #include <cstring>
 #include <vector>
 
-#include "checkpoint.h"
 #include "convert.h"
 #include "ferry/ferry.hpp"
-#include "mapped_file.h"
-#include "model_writer.h"
-#include "modules.h"
-#include "npy.h"
+#include "io/npy.h"
 
 namespace {
 
@@ -23,12 +19,10 @@ const std::string kModels = std::string(FERRY_FIXTURES_DIR) + "/models/";
 
 // The fixture gru_seq_tanh_fc_sigmoid: GRU > tanh > fc > sigmoid, [T,B,F].
 std::vector<uint8_t> fixture_model() {
-  MappedFile file(kModels + "gru_seq_tanh_fc_sigmoid.pt");
-  const Checkpoint c = load_checkpoint(file);
-  const ModuleSet m = group_modules(c);
-  ConvertOptions o;
-  o.graph = "gru > tanh > fc > sigmoid";
-  return build_model(plan_conversion(c, m, o).plan).to_vector();
+  ConvertRequest request;
+  request.input = kModels + "gru_seq_tanh_fc_sigmoid.pt";
+  request.graph = "gru > tanh > fc > sigmoid";
+  return convert(request).bytes.to_vector();
 }
 
 TEST(CppWrapper, RunMatchesPyTorchAndStepMatchesRun) {
