@@ -237,6 +237,37 @@ TEST_P(QuantizedBackends, RuntimeGuaranteesHold) {
   EXPECT_EQ(ran, static_cast<int>(specs().size()));
 }
 
+// A model after --fallback: layers in four dtypes (int4 LSTM, int8 and f16
+// Linears, an fp32 Linear), on every backend: within the reference backend,
+// step == run, exact arena.
+TEST(QuantizedBackendsMixed, FourDtypesInOneModel) {
+  using ferry::conv::LayerOp;
+  ModelSpec spec;
+  spec.input_size = 12;
+  spec.layers = {{LayerOp::LSTM, 40}, {LayerOp::Linear, 24}, {LayerOp::Tanh}, {LayerOp::Linear, 16},
+                 {LayerOp::Linear, 6}};
+  spec.seed = 21;
+  ModelPlan plan = ferry::test::make_plan(spec);
+  apply_precisions(plan, {{0, DType::I4, ""}, {1, DType::I8, ""}, {3, DType::F16, ""}});
+  const Built q(build_model(plan));
+  ASSERT_NE(q.m, nullptr);
+  const size_t B = 2, T = 5;
+  const std::vector<float> x = input(q, B, T, 5);
+  Session ref(q, options(FERRY_BACKEND_REFERENCE, B, T));
+  ASSERT_EQ(ref.status, FERRY_OK) << ferry_last_error();
+  const std::vector<float> want = run(q, ref, x, B, T);
+  for (ferry_backend b : {FERRY_BACKEND_SIMD, FERRY_BACKEND_XNNPACK, FERRY_BACKEND_AUTO}) {
+    SCOPED_TRACE(ferry_backend_name(b));
+    Session s(q, options(b, B, T));
+    if (s.status == FERRY_UNSUPPORTED) continue;
+    ASSERT_EQ(s.status, FERRY_OK) << ferry_last_error();
+    const std::vector<float> y = run(q, s, x, B, T);
+    EXPECT_LE(max_diff(y, want), 1e-4);
+    Session st(q, options(b, B, 1));
+    EXPECT_TRUE(bit_equal(run_steps(q, st, x, B, T), y));
+  }
+}
+
 std::string param_name(const ::testing::TestParamInfo<Param>& info) {
   return std::string(ferry_backend_name(std::get<0>(info.param))) + "_" + dtype_name(std::get<1>(info.param));
 }

@@ -50,9 +50,9 @@ constexpr size_t kChunkRows = 64;
 // Output rows (steps x batch) a Conv1d computes per GEMM call: its patches
 // (im2col rows) are gathered this many at a time.
 constexpr size_t kConvRows = 64;
-// Distinct kernel sets one session uses (per dtype: a SIMD set and the
-// reference; two dtypes at most in one model).
-constexpr uint32_t kMaxSessionKernelSets = 4;
+// Distinct kernel sets one session uses: per dtype (f32, f16, int8, int4:
+// a converter's --fallback may mix all four) a SIMD set and the reference.
+constexpr uint32_t kMaxSessionKernelSets = 8;
 
 // The kernel set of each layer, compactly (it lives in the session).
 struct LayerKernels {

@@ -29,7 +29,7 @@ uint8_t set_index(LayerKernels* k, const kernels::KernelSet* set) {
   uint8_t i = 0;
   while (i < kMaxSessionKernelSets && k->sets[i] && k->sets[i] != set) ++i;
   if (i < kMaxSessionKernelSets && !k->sets[i]) k->sets[i] = set;
-  return i;  // < kMaxSessionKernelSets: a model has at most two dtypes x (simd, reference)
+  return i;  // < kMaxSessionKernelSets: 4 dtypes x (simd, reference) (checked by the caller)
 }
 
 }  // namespace
@@ -103,6 +103,9 @@ ferry_status choose_kernels(const ferry_model* m, const SessionConfig& config, K
       return fail(FERRY_UNSUPPORTED, "layers[%u]: no kernels for its weights' dtype in this runtime", i);
     }
     c->kernels.layer_set[i] = set_index(&c->kernels, set);
+    if (c->kernels.layer_set[i] >= kMaxSessionKernelSets) {  // unreachable with 4 dtypes; never index past
+      return fail(FERRY_UNSUPPORTED, "layers[%u]: more than %u kernel sets in one session", i, kMaxSessionKernelSets);
+    }
     const bool panels = set->strategy == kernels::StepStrategy::kPanels;
     if (!panels) c->any_per_sample = true;
     if (op_is_recurrent(l.op)) {
