@@ -51,8 +51,11 @@ enum class WeightLayout : uint8_t {
 // What the loader checks for them: the layout belongs to the dtype (F16:
 // Panel8 or RowMajor; I8: Panel8x4; I4: Panel8x8q4), the byte size is the
 // layout's (Weight::bytes()), the scales tensor has layout::
-// row_scale_elements / group_scale_elements elements and only finite values
-// (a NaN scale would make every output of its row NaN).
+// row_scale_elements / group_scale_elements elements (F32 for I8, F16 for
+// I4), every I8 scale finite and > 0 and every I4 scale finite and nonzero
+// (signed: Q4_0 maps a group's largest magnitude to -8); only matrices
+// (w_ih, w_hh, w_hr, Linear weight) may be quantized, one dtype per layer,
+// the layer's biases then Panel8; I8 has at most layout::kMaxI8Cols columns.
 // Both must be 4-byte aligned (the loader places them at 64 bytes). They
 // share one pointer (a union, the member of the weight's dtype being the
 // one set): a second pointer would grow every Weight, hence the fixed-size
