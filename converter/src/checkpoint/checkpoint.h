@@ -45,6 +45,11 @@ struct Checkpoint {
 // (module., _orig_mod.) stripped.
 std::string attribute_key(const std::string& module_path, const std::string& name);
 
+// The attribute holding a module's class name as the file records it (the
+// last part of its qualified name: "Conv1d", "BatchNorm1d", "LeakyReLU"):
+// Checkpoint::attributes[attribute_key(path, kClassAttribute)].
+constexpr const char* kClassAttribute = "__class__";
+
 struct LoadOptions {
   std::string key;                  // --key: which entry of a checkpoint dict
 };

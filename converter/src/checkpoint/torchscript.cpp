@@ -275,6 +275,7 @@ class Walker {
       return;
     }
     record_hyperparameters(state, path, out_);
+    record_class(object, path, out_);
 
     // Own parameters and buffers first, as state_dict() orders them.
     std::unordered_set<std::string> own;
