@@ -12,7 +12,9 @@
 #include "error.h"
 #include "io/mapped_file.h"
 #include "io/sha256.h"
+#include "mapping/graph.h"
 #include "mapping/modules.h"
+#include "mapping/script_chain.h"
 #include "plan/planner.h"
 #include "plan/selftest_plan.h"
 
@@ -49,6 +51,20 @@ ConvertResult convert(const ConvertRequest& request) {
   const ModuleSet modules = group_modules(checkpoint);
   PlanOptions plan_options;
   plan_options.graph = request.graph;
+  if (!request.graph && !checkpoint.script_forward.empty()) {
+    // TorchScript: the chain its forward code reads as, else the state-dict
+    // inference below, whose error suggests a --graph.
+    try {
+      plan_options.inferred_graph = script_chain(checkpoint, modules);
+    } catch (const Error& e) {
+      try {
+        infer_graph(modules);
+      } catch (const Error& suggestion) {
+        throw Error(std::string("cannot read the layer chain from the TorchScript forward code (") + e.what() +
+                    "); " + suggestion.what());
+      }
+    }
+  }
   plan_options.batch_first = request.batch_first;
   plan_options.layout = request.layout;
   PlanResult planned = plan_conversion(checkpoint, modules, plan_options, &file);

@@ -7,13 +7,14 @@
 #include <cstring>
 #include <vector>
 
-#include "checkpoint.h"
+#include "checkpoint/checkpoint.h"
 #include "convert.h"
 #include "ferry/ferry.hpp"
-#include "mapped_file.h"
-#include "model_writer.h"
-#include "modules.h"
-#include "npy.h"
+#include "io/mapped_file.h"
+#include "writer/model_writer.h"
+#include "mapping/modules.h"
+#include "plan/planner.h"
+#include "io/npy.h"
 
 namespace {
 
@@ -26,7 +27,7 @@ std::vector<uint8_t> fixture_model() {
   MappedFile file(kModels + "gru_seq_tanh_fc_sigmoid.pt");
   const Checkpoint c = load_checkpoint(file);
   const ModuleSet m = group_modules(c);
-  ConvertOptions o;
+  PlanOptions o;
   o.graph = "gru > tanh > fc > sigmoid";
   return build_model(plan_conversion(c, m, o).plan).to_vector();
 }

@@ -38,6 +38,9 @@ struct Checkpoint {
   // modules and TorchScript archives record them; safetensors records its
   // __metadata__ as "__metadata__.<key>". Empty for a bare state dict.
   std::map<std::string, std::string> attributes;
+  // TorchScript: the root module's `forward` as its code/ text (never run;
+  // mapping/script_chain.h reads a layer chain from it). Empty otherwise.
+  std::vector<std::string> script_forward;
 };
 
 // The key of hyper-parameter `name` of the module at `module_path` ("" for

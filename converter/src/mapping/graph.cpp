@@ -195,6 +195,56 @@ std::string format_args(const GraphElement& e) {
 
 }  // namespace
 
+namespace {
+
+// Weightless modules named in the chain (a whole module's or TorchScript's
+// nn.ReLU, nn.LeakyReLU(0.2), ...): the built-in op their class is, with the
+// options they record. One row per class.
+struct ActivationClass {
+  const char* class_name;
+  OpKind op;
+  const char* attributes[2][2];  // {file attribute, --graph key}
+};
+constexpr ActivationClass kActivationClasses[] = {
+    {"ReLU", OpKind::ReLU, {}},
+    {"Tanh", OpKind::Tanh, {}},
+    {"Sigmoid", OpKind::Sigmoid, {}},
+    {"Softmax", OpKind::Softmax, {}},
+    {"LogSoftmax", OpKind::LogSoftmax, {}},
+    {"Identity", OpKind::Identity, {}},
+    {"Dropout", OpKind::Dropout, {}},
+    {"GELU", OpKind::GELU, {}},
+    {"SiLU", OpKind::SiLU, {}},
+    {"ELU", OpKind::ELU, {{"alpha", "alpha"}}},
+    {"LeakyReLU", OpKind::LeakyReLU, {{"negative_slope", "slope"}}},
+    {"Hardtanh", OpKind::Hardtanh, {{"min_val", "min"}, {"max_val", "max"}}},
+    {"ReLU6", OpKind::ReLU6, {}},
+};
+
+}  // namespace
+
+std::optional<GraphElement> recorded_activation(const Checkpoint& checkpoint, const std::string& path) {
+  auto cls = checkpoint.attributes.find(attribute_key(path, kClassAttribute));
+  if (cls == checkpoint.attributes.end()) return std::nullopt;
+  for (const ActivationClass& a : kActivationClasses) {
+    if (cls->second != a.class_name) continue;
+    GraphElement e;
+    e.op = a.op;
+    for (const auto& attr : a.attributes) {
+      if (!attr[0]) continue;
+      auto v = checkpoint.attributes.find(attribute_key(path, attr[0]));
+      if (v != checkpoint.attributes.end()) e.args[attr[1]] = v->second;
+    }
+    if (a.op == OpKind::GELU) {
+      auto v = checkpoint.attributes.find(attribute_key(path, "approximate"));
+      if (v != checkpoint.attributes.end() && v->second == "tanh") e.option = "tanh";
+    }
+    return e;
+  }
+  return std::nullopt;
+}
+
+
 OpKind builtin_op(const std::string& name) {
   const Builtin* b = find_builtin(name);
   return b ? b->op : OpKind::Module;

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,11 @@ struct GraphElement {
 OpKind builtin_op(const std::string& name);
 // The --graph name of a built-in op.
 const char* builtin_name(OpKind op);
+
+// The built-in op a weightless module of the file stands for (its recorded
+// class: a whole module's or TorchScript's nn.ReLU, nn.LeakyReLU(0.2), ...),
+// with the options it records; nullopt for any other module.
+std::optional<GraphElement> recorded_activation(const Checkpoint& checkpoint, const std::string& path);
 
 // Parses a chain spec; throws Error naming the bad element.
 std::vector<GraphElement> parse_graph(const std::string& spec);
