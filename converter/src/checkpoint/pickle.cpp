@@ -594,7 +594,26 @@ Value* Unpickler::reduce(Value* callable, Value* args, int level) {
       set_depth(v, args);
       return v;
     }
-    case GlobalKind::NumpyScalar:
+    case GlobalKind::NumpyScalar: {
+      // multiarray.scalar(dtype, bytes): kept inert, never a tensor. With an
+      // object dtype numpy hands its second argument back as the value, so
+      // only (numeric or string dtype, bytes) is data.
+      arg_tuple(args, 1, 2, callable);
+      const std::string refused = "refused REDUCE of '" + callable->qualified_name() + "' of ";
+      const Value* dt = args->items[0];
+      if (dt->kind != Kind::Call || !dt->cls || dt->cls->global_kind != GlobalKind::NumpyDType)
+        fail(refused + "a " + kind_name(dt->kind) + " (not (numpy.dtype, bytes))");
+      const std::string& code = dt->args->items[0]->bytes;
+      if (code.empty() || code[0] == 'O')
+        fail(refused + "dtype '" + code.substr(0, 8) + "' (object scalars are not allowlisted)");
+      if (args->items.size() == 2 && args->items[1]->kind != Kind::Bytes && args->items[1]->kind != Kind::String)
+        fail(refused + "a " + kind_name(args->items[1]->kind) + " (not (numpy.dtype, bytes))");
+      Value* v = arena_->make(Kind::Call);
+      v->cls = callable;
+      v->args = args;
+      set_depth(v, args);
+      return v;
+    }
     case GlobalKind::Complex:
     case GlobalKind::TorchDevice:
     case GlobalKind::RebuildOther: {
@@ -727,7 +746,8 @@ void Unpickler::numpy_array(Value* target, const Value* state) {
     fail("numpy array has " + std::to_string(shape->items.size()) + " dimensions");
   uint64_t numel = 1;
   for (const Value* d : shape->items) {
-    if (d->kind != Kind::Int || d->integer < 0) fail("numpy array shape holds a " + std::string(kind_name(d->kind)));
+    if (d->kind != Kind::Int) fail("numpy array shape holds a " + std::string(kind_name(d->kind)));
+    if (d->integer < 0) fail("numpy array shape holds a negative size " + std::to_string(d->integer));
     if (__builtin_mul_overflow(numel, static_cast<uint64_t>(d->integer), &numel)) fail("numpy array shape overflows");
     info->size.push_back(d->integer);
   }
