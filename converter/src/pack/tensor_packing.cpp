@@ -24,7 +24,7 @@ CellKind cell_kind(LayerOp op) {
 std::vector<StoredForm> stored_forms(const ModelPlan& plan) {
   std::vector<StoredForm> out(plan.tensors.size());
   std::vector<bool> seen(plan.tensors.size(), false);
-  const auto use = [&](int index, uint32_t gates) {
+  const auto use = [&](int index, uint32_t gates, uint32_t blocks = 1) {
     if (index < 0) return;
     const size_t i = static_cast<size_t>(index);
     if (i >= out.size()) throw Error("internal: tensor index " + std::to_string(index) + " out of range");
@@ -35,6 +35,7 @@ std::vector<StoredForm> stored_forms(const ModelPlan& plan) {
     seen[i] = true;
     out[i].panel8 = true;
     out[i].gates = gates;
+    out[i].blocks = blocks;
   };
   for (const LayerPlan& l : plan.layers) {
     const CellKind kind = cell_kind(l.op);
@@ -46,8 +47,13 @@ std::vector<StoredForm> stored_forms(const ModelPlan& plan) {
       use(c.b_hn, gates(Role::kGruHiddenBias));
       use(c.w_hr, gates(Role::kProjection));
     }
-    use(l.weight, gates(Role::kLinearWeight));
-    use(l.bias, gates(Role::kLinearBias));
+    if (l.op == LayerOp::Linear) {
+      use(l.weight, gates(Role::kLinearWeight));
+      use(l.bias, gates(Role::kLinearBias));
+    } else if (l.op == LayerOp::Conv1d) {
+      use(l.weight, gates(Role::kLinearWeight), l.groups);
+      use(l.bias, gates(Role::kLinearBias), l.groups);
+    }
   }
   const size_t n = out.size();
   for (size_t i = 0; i < n; ++i) {
@@ -56,19 +62,21 @@ std::vector<StoredForm> stored_forms(const ModelPlan& plan) {
     f.elements = t.numel();
     f.bytes = f.elements * sizeof(float);
     f.dtype = t.dtype;
-    if (t.dtype != DType::F32 && (!f.panel8 || t.shape.size() != 2)) {
+    if (t.dtype != DType::F32 && (!f.panel8 || t.shape.size() != 2 || f.blocks != 1)) {
       throw Error("internal: tensor '" + t.name + "' is " + dtype_name(t.dtype) + " but not a weight matrix");
     }
     if (!f.panel8) continue;
     f.layout = StoredForm::Layout::Panel8;
-    if (t.shape.empty() || t.shape.size() > 2 || t.shape[0] % f.gates != 0) {
-      throw Error("internal: tensor '" + t.name + "' does not split into " + std::to_string(f.gates) + " gates");
+    if (t.shape.empty() || t.shape.size() > 3 || f.blocks == 0 || t.shape[0] % (f.gates * f.blocks) != 0) {
+      throw Error("internal: tensor '" + t.name + "' does not split into " + std::to_string(f.gates) + " gates of " +
+                  std::to_string(f.blocks) + " blocks");
     }
-    const uint32_t units = t.shape[0] / f.gates;
-    const uint64_t cols = t.shape.size() == 2 ? t.shape[1] : 1;
+    const uint32_t units = t.shape[0] / f.gates / f.blocks;
+    uint64_t cols = 1;
+    for (size_t d = 1; d < t.shape.size(); ++d) cols *= t.shape[d];
     f.units = units;
     f.cols = cols;
-    f.elements = layout::panel8_elements(f.gates, units, cols);
+    f.elements = layout::panel8_elements(f.gates, units, cols) * f.blocks;
     f.bytes = f.elements * sizeof(float);
     StoredForm scales;
     scales.gates = f.gates;
@@ -153,9 +161,25 @@ void pack_tensor(const TensorPlan& t, const StoredForm& form, std::vector<float>
     }
     return;
   }
+  if (form.blocks > 1) {
+    // Each block a matrix of its own: rows [b*rows, (b+1)*rows) of the tensor.
+    const uint64_t rows = t.shape[0] / form.blocks, cols = t.numel() / t.shape[0];
+    for (uint32_t b = 0; b < form.blocks; ++b) {
+      TensorPlan block;
+      block.name = t.name;
+      block.shape = {static_cast<uint32_t>(rows), static_cast<uint32_t>(cols)};
+      const uint64_t first = b * rows * cols;
+      block.fill = [&t, first](float* dst, uint64_t begin, uint64_t count) { t.fill(dst, first + begin, count); };
+      StoredForm one = form;
+      one.blocks = 1;
+      pack_tensor(block, one, scratch, sink);
+    }
+    return;
+  }
   constexpr uint32_t kPanel = layout::kPanel;
   const uint32_t G = form.gates, H = t.shape[0] / G;
-  const uint64_t K = t.shape.size() == 2 ? t.shape[1] : 1;
+  uint64_t K = 1;
+  for (size_t d = 1; d < t.shape.size(); ++d) K *= t.shape[d];
   if (G > layout::kMaxGates) throw Error("internal: tensor '" + t.name + "': more than 4 gates");
   const uint64_t panels = layout::panels_of(H), panel_floats = layout::panel8_panel_elements(G, K);
   const uint64_t per_slab = std::max<uint64_t>(1, kChunk / panel_floats);
