@@ -16,7 +16,8 @@ packages=(
 foreign_archs=()
 for group in ${FERRY_DEPS:-}; do
   case "$group" in
-    fixtures) packages+=(python3-torch python3-statsmodels) ;;
+    # libblas3/liblapack3: the reference BLAS the fixture scripts pin (fixture_env.py).
+    fixtures) packages+=(python3-torch python3-statsmodels python3-sklearn libblas3 liblapack3) ;;
     bench) packages+=(libtorch-dev libopenblas-dev python3-torch) ;;
     # libFuzzer + ASan/UBSan runtimes for tests/fuzz/run.sh.
     fuzz) packages+=(clang-14 libclang-rt-14-dev) ;;

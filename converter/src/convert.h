@@ -1,44 +1,91 @@
-// The conversion pipeline: checkpoint → modules → chain → ModelPlan.
+// The converter as one call: a PyTorch checkpoint → a ferry model file.
+//
+//   checkpoint/  read the file (any form), tensors as views of its bytes
+//   mapping/     state dict → modules, the layer chain, PyTorch's layout rules
+//   plan/        the ModelPlan: layers, tensors, I/O, provenance, self-test
+//   pack/        each tensor in the layout the kernels read
+//   writer/      the model file, verified and completed by one runtime pass
+//
+// convert() runs them in that order for the CLI (`ferry convert`), the tests
+// and the benchmarks; each stage's header documents it. The source file is
+// hashed (SHA-256, provenance) on a second thread beside the planning.
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
-#include "checkpoint.h"
-#include "model_writer.h"
-#include "modules.h"
+#include "writer/model_writer.h"
 
 namespace ferry::conv {
 
-struct ConvertOptions {
-  std::optional<std::string> graph;      // --graph
-  std::optional<bool> batch_first;       // --batch-first; else the file's record; else false
-  std::string key;                       // --key
+// Whether the golden self-test vectors are stored. Computing them runs the
+// whole model once, which for a large host model costs as much time and
+// memory as the conversion itself.
+enum class SelfTestPolicy {
+  Auto,    // stored up to kAutoSelfTestWeightBytes of weights
+  Always,  // --selftest
+  Never,
+};
+constexpr uint64_t kAutoSelfTestWeightBytes = uint64_t{64} << 20;
+
+struct ConvertReport;
+
+struct ConvertRequest {
+  std::string input;                  // IN: the checkpoint
+  std::string output;                 // OUT.fb; empty: the model comes back in ConvertResult::bytes
+  std::optional<std::string> graph;   // --graph; inferred when absent
+  std::optional<bool> batch_first;    // --batch-first; else what the file records; else false
+  std::string key;                    // --key: the entry of a checkpoint dict
+  std::optional<std::string> c_array; // --c-array: also write the model as a C header here
+  SelfTestPolicy selftest = SelfTestPolicy::Auto;
+  Progress progress;                  // while the weights are written
+  // Called once the conversion is planned, before anything is written, with
+  // the report's read and planned parts (the CLI prints them here, so a
+  // conversion that fails while writing still shows what it read).
+  std::function<void(const ConvertReport&)> on_plan;
+};
+
+// One element of the chain, as planned.
+struct LayerSummary {
+  std::string name;         // module path, or the op ("last", "relu", ...)
+  std::string description;  // "LSTM(16, 64, num_layers=2)"; empty for ops
+  uint32_t input_size = 0, output_size = 0;
+};
+
+struct ConvertReport {
+  // Read.
+  uint64_t input_bytes = 0;
+  std::string form;                            // Checkpoint::form
+  size_t tensor_count = 0;
+  std::vector<std::string> storage_locations;  // "cpu", "cuda:0", ... sorted, once each
+  // Planned.
+  std::string graph;                           // the chain, in --graph syntax
+  bool graph_inferred = false;
+  bool batch_first = false;
+  std::string batch_first_source;
+  std::vector<LayerSummary> layers;
+  std::vector<std::pair<std::string, std::string>> ignored;  // state-dict key, reason
+  std::vector<std::string> notes;              // assumptions the user should know
+  uint64_t weight_bytes = 0;                   // float32 weights as planned
+  bool selftest_stored = false;
+  // Written (after on_plan).
+  uint64_t file_bytes = 0;
+  uint64_t stored_weight_bytes = 0;            // the weight blob, panels and alignment included
+  uint64_t arena_bytes = 0;                    // streaming at batch 1
+  std::string c_array_name;                    // when --c-array was written
 };
 
 struct ConvertResult {
-  ModelPlan plan;
-  std::string graph;           // the chain used, in --graph syntax
-  bool graph_inferred = false;
-  std::string batch_first_source;  // "--batch-first", "recorded in the file", "PyTorch default"
-  std::vector<std::string> notes;  // things the user should know (assumptions)
+  ConvertReport report;
+  ModelBytes bytes;  // in-memory conversions (empty ConvertRequest::output) only
 };
 
-// Builds the plan. `checkpoint` and `modules` must outlive the plan's fills.
-// With `source` given, each tensor's bytes in that mapping are released from
-// this process's resident set once converted (they stay in the page cache),
-// so converting a large file costs about the output's size in memory.
-ConvertResult plan_conversion(const Checkpoint& checkpoint, const ModuleSet& modules,
-                              const ConvertOptions& options, const MappedFile* source = nullptr);
-
-// Lower-case hex SHA-256 of `size` bytes.
-std::string sha256_hex(const uint8_t* data, size_t size);
-// Of a whole mapped file, releasing its pages from the resident set as it goes.
-std::string sha256_file(const MappedFile& file);
-
-// Drops the resident pages of [data, data+size) if they lie inside `file`'s
-// read-only mapping (a no-op otherwise: heap memory is never touched).
-void release_pages(const MappedFile& file, const uint8_t* data, size_t size);
+// Converts. Throws Error with one line naming the file, tensor, module or
+// --graph element at fault; nothing is left at the output paths then.
+ConvertResult convert(const ConvertRequest& request);
 
 }  // namespace ferry::conv

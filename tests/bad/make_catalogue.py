@@ -1045,6 +1045,122 @@ def model_entries():
           "a tensor name without its NUL terminator")
 
 
+# Format 1.2 layer kinds and Layer / Model slots.
+CONV1D, BATCHNORM, LAYERNORM, HARDTANH, MEANPOOL, EMBEDDING, SAVE, ADD = 11, 12, 13, 19, 21, 23, 24, 25
+L_KERNEL, L_STRIDE, L_DILATION, L_GROUPS, L_PAD_LEFT, L_PAD_RIGHT, L_PAD_MODE = 11, 12, 13, 14, 15, 16, 17
+L_EPS, L_ALPHA, L_BETA, L_SLOT = 18, 19, 20, 22
+M_TIME_AXIS, M_INPUT_IS_TOKENS = 13, 14
+
+
+def ops_model(layers, tensors, input_size, output_size, sequence=True, tokens=False, mutate=None):
+    """A format 1.2 model: `layers` (layer_table dicts) over `tensors`
+    ((name, shape) pairs, RowMajor f32), with a time axis."""
+    blob, fields = weights_blob(tensors)
+    model = {0: ("H", 1), 1: ("H", 2), 6: ("I", input_size), 7: ("I", output_size), 8: ("B", 1 if sequence else 0),
+             9: ("Q", 4096), M_TIME_AXIS: ("B", 1)}
+    if tokens:
+        model[M_INPUT_IS_TOKENS] = ("B", 1)
+    parts = dict(tensors=fields, layers=layers, model=model)
+    if mutate:
+        mutate(parts)
+    m = dict(parts["model"])
+    m[2] = ("off", TVec([Table(l) for l in parts["layers"]]))
+    m[3] = ("off", TVec([Table(t) for t in parts["tensors"]]))
+    m[4] = ("off", Vec("B", blob, align=64))
+    return FB().finish(Table(m))
+
+
+def conv_layer(stride=1, dilation=1, groups=2, pad=(1, 1), mode=None, kernel=3):
+    """Conv1d(4 -> 6, kernel 3, groups 2): weight tensor 0 [6, 2, 3], bias tensor 1 [6]."""
+    f = layer_table(CONV1D, "conv", 4, 6, weight=0, bias=1)
+    f[L_KERNEL] = ("I", kernel)
+    f[L_STRIDE] = ("I", stride)
+    f[L_DILATION] = ("I", dilation)
+    f[L_GROUPS] = ("I", groups)
+    f[L_PAD_LEFT] = ("I", pad[0])
+    f[L_PAD_RIGHT] = ("I", pad[1])
+    if mode is not None:
+        f[L_PAD_MODE] = ("B", mode)
+    return f
+
+
+CONV_TENSORS = [("conv.weight", [6, 2, 3]), ("conv.bias", [6])]
+
+
+def op_entries():
+    """Bad parameters of the format 1.2 ops (convolutions, normalisations,
+    embeddings, residual slots), each beside a control built the same way."""
+    add("models/control_conv.fb", ops_model([conv_layer()], CONV_TENSORS, 4, 6), "model", None,
+        "control: Conv1d(4, 6, kernel 3, padding 1, groups 2), RowMajor, format 1.2", ok=True)
+    model("conv_stride_zero.fb", ops_model([conv_layer(stride=0)], CONV_TENSORS, 4, 6),
+          "layers[0] (Conv1d): kernel_size 3, stride 0, dilation 1 must be in 1..", "stride 0")
+    model("conv_dilation_zero.fb", ops_model([conv_layer(dilation=0)], CONV_TENSORS, 4, 6),
+          "layers[0] (Conv1d): kernel_size 3, stride 1, dilation 0 must be in 1..", "dilation 0")
+    model("conv_stride_huge.fb", ops_model([conv_layer(stride=0xFFFFFFFF)], CONV_TENSORS, 4, 6),
+          "stride 4294967295, dilation 1 must be in 1..", "stride 2^32-1 (negative as int32)")
+    model("conv_groups_not_dividing.fb", ops_model([conv_layer(groups=3)], CONV_TENSORS, 4, 6),
+          "layers[0] (Conv1d): groups 3 must divide the 4 input and 6 output channels", "groups 3 of 4 inputs")
+    model("conv_groups_zero.fb", ops_model([conv_layer(groups=0)], CONV_TENSORS, 4, 6),
+          "layers[0] (Conv1d): groups 0 must divide", "groups 0")
+    model("conv_weight_shape.fb", ops_model([conv_layer(groups=1)], CONV_TENSORS, 4, 6),
+          "tensors[0] (weight): shape[1] is 2, layer needs 4", "a groups-2 weight for a groups-1 conv")
+    model("conv_padding_huge.fb", ops_model([conv_layer(pad=(1 << 21, 0))], CONV_TENSORS, 4, 6),
+          "layers[0] (Conv1d): padding 2097152 + 0 out of range", "left padding 2^21")
+    model("conv_padding_mode_unknown.fb", ops_model([conv_layer(mode=9)], CONV_TENSORS, 4, 6),
+          "layers[0] (Conv1d).padding_mode: unknown value 9", "padding_mode 9", "FERRY_UNSUPPORTED")
+    model("conv_kernel_zero.fb", ops_model([conv_layer(kernel=0)], CONV_TENSORS, 4, 6),
+          "layers[0] (Conv1d): kernel_size 0, stride 1, dilation 1 must be in 1..", "kernel_size 0")
+    norm_tensors = [("bn.weight", [4]), ("bn.bias", [4])]
+    add("models/control_batchnorm.fb",
+        ops_model([layer_table(BATCHNORM, "bn", 4, 4, weight=0, bias=1)], norm_tensors, 4, 4), "model", None,
+        "control: BatchNorm over 4 features (scale and shift)", ok=True)
+    model("batchnorm_shape.fb",
+          ops_model([layer_table(BATCHNORM, "bn", 5, 5, weight=0, bias=1)], norm_tensors, 5, 5),
+          "tensors[0] (weight): shape[0] is 4, layer needs 5", "a 4-feature scale in a 5-feature chain")
+    model("batchnorm_shift_missing.fb",
+          ops_model([layer_table(BATCHNORM, "bn", 4, 4, weight=0)], norm_tensors, 4, 4),
+          "layers[0] bias: tensor index -1 out of range", "BatchNorm without its shift")
+    ln = layer_table(LAYERNORM, "ln", 4, 4, weight=0, bias=1)
+    ln[L_EPS] = ("f", -1e-5)
+    model("layernorm_eps_negative.fb", ops_model([ln], norm_tensors, 4, 4),
+          "layers[0] (LayerNorm): eps must be finite and >= 0", "eps -1e-5")
+    ln_nan = dict(ln)
+    ln_nan[L_EPS] = ("f", float("nan"))
+    model("layernorm_eps_nan.fb", ops_model([ln_nan], norm_tensors, 4, 4),
+          "layers[0] (LayerNorm): eps must be finite and >= 0", "eps NaN")
+    ht = layer_table(HARDTANH, "hardtanh", 4, 4)
+    ht[L_ALPHA] = ("f", 2.0)
+    ht[L_BETA] = ("f", -2.0)
+    model("hardtanh_min_above_max.fb", ops_model([ht], [], 4, 4),
+          "layers[0] (Hardtanh): parameters must be finite (and min <= max)", "min 2 > max -2")
+    model("add_without_save.fb", ops_model([layer_table(ADD, "add", 4, 4)], [], 4, 4),
+          "layers[0] (Add): slot 0 must hold a saved input of the same shape", "Add with nothing saved")
+    save = layer_table(SAVE, "save", 4, 4)
+    save_huge = dict(save)
+    save_huge[L_SLOT] = ("I", 9)
+    model("save_slot_huge.fb", ops_model([save_huge], [], 4, 4),
+          "layers[0]: residual slot 9, at most 4 slots", "slot 9")
+    model("add_after_pooling.fb",
+          ops_model([save, layer_table(MEANPOOL, "mean", 4, 4), layer_table(ADD, "add", 4, 4)], [], 4, 4,
+                    sequence=False),
+          "layers[2] (Add): slot 0 must hold a saved input of the same shape",
+          "a saved sequence added to a pooled [B,F]")
+    emb_tensors = [("emb.weight", [10, 4])]
+    add("models/control_embedding.fb",
+        ops_model([layer_table(EMBEDDING, "emb", 10, 4, weight=0)], emb_tensors, 1, 4, tokens=True), "model",
+        None, "control: Embedding(10, 4) over token ids", ok=True)
+    model("embedding_without_tokens.fb",
+          ops_model([layer_table(EMBEDDING, "emb", 10, 4, weight=0)], emb_tensors, 1, 4),
+          "layers[0] (Embedding): only as the first layer of a model taking tokens", "floats into an Embedding")
+    model("embedding_shape.fb",
+          ops_model([layer_table(EMBEDDING, "emb", 12, 4, weight=0)], emb_tensors, 1, 4, tokens=True),
+          "tensors[0] (weight): shape[0] is 10, layer needs 12", "12 embeddings, a [10, 4] table")
+    model("tokens_without_embedding.fb",
+          ops_model([layer_table(BATCHNORM, "bn", 1, 1, weight=0, bias=1)], [("w", [1]), ("b", [1])], 1, 1,
+                    tokens=True),
+          "input_is_tokens: the first layer must be an Embedding", "token ids into a BatchNorm")
+
+
 def main():
     for sub in ("checkpoints", "models"):
         d = os.path.join(HERE, sub)
@@ -1059,6 +1175,7 @@ def main():
     legacy_entries()
     module_entries()
     model_entries()
+    op_entries()
     with open(os.path.join(HERE, "manifest.json"), "w") as f:
         json.dump(ENTRIES, f, indent=1)
         f.write("\n")

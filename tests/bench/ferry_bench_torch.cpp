@@ -49,13 +49,9 @@
 #include <immintrin.h>
 #endif
 
-#include "checkpoint.h"
 #include "convert.h"
 #include "error.h"
 #include "ferry/ferry.h"
-#include "mapped_file.h"
-#include "model_writer.h"
-#include "modules.h"
 
 namespace {
 
@@ -243,15 +239,13 @@ std::vector<uint8_t> convert_with_ferry(torch::nn::Module& module, const std::st
     std::ofstream f(path, std::ios::binary);
     f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
   }
-  ferry::conv::MappedFile file(path);
-  const ferry::conv::Checkpoint checkpoint = ferry::conv::load_checkpoint(file);
-  const ferry::conv::ModuleSet modules = ferry::conv::group_modules(checkpoint);
-  ferry::conv::ConvertOptions options;
-  options.graph = name;
-  options.batch_first = false;
+  ferry::conv::ConvertRequest request;
+  request.input = path;
+  request.graph = name;
+  request.batch_first = false;
+  request.selftest = ferry::conv::SelfTestPolicy::Never;
   (void)gru;
-  const std::vector<uint8_t> out =
-      ferry::conv::build_model(ferry::conv::plan_conversion(checkpoint, modules, options).plan).to_vector();
+  const std::vector<uint8_t> out = ferry::conv::convert(request).bytes.to_vector();
   std::remove(path.c_str());
   return out;
 }

@@ -79,18 +79,40 @@ struct AlignedFile {
   size_t size = 0;
 };
 
-// A [T=2, B=1, I=3] float32 .npy, the input the control LSTM model takes.
-void write_input_npy(const std::string& path) {
-  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 1, 3), }";
+// A .npy of `shape` holding float32 values, or int32 ids (all 0) when `ids`.
+void write_npy_file(const std::string& path, const std::vector<size_t>& shape, bool ids) {
+  std::string dims;
+  size_t count = 1;
+  for (size_t d : shape) {
+    dims += std::to_string(d) + ", ";
+    count *= d;
+  }
+  std::string header = std::string("{'descr': '") + (ids ? "<i4" : "<f4") + "', 'fortran_order': False, 'shape': (" +
+                       dims + "), }";
   header.append(128 - 10 - header.size() - 1, ' ');  // 10-byte preamble; 64-byte multiple
   header += '\n';
   std::string bytes = std::string("\x93NUMPY\x01\x00", 8);
   bytes += static_cast<char>(header.size() & 0xFF);
   bytes += static_cast<char>(header.size() >> 8);
   bytes += header;
-  const float x[6] = {0.5f, -0.25f, 1.0f, 0.0f, 0.75f, -1.0f};
-  bytes.append(reinterpret_cast<const char*>(x), sizeof x);
+  static const float kValues[] = {0.5f, -0.25f, 1.0f, 0.0f, 0.75f, -1.0f};
+  for (size_t i = 0; i < count; ++i) {
+    const float v = ids ? 0.0f : kValues[i % 6];
+    const int32_t id = 0;
+    bytes.append(ids ? reinterpret_cast<const char*>(&id) : reinterpret_cast<const char*>(&v), 4);
+  }
   std::ofstream(path, std::ios::binary) << bytes;
+}
+
+// An input the model takes (two steps, one sample), in its layout; for a
+// model that does not load, the [T=2, B=1, I=3] input the control LSTM takes.
+void write_input_npy(const std::string& path, const ferry_model_info* info) {
+  if (info == nullptr) return write_npy_file(path, {2, 1, 3}, false);
+  const size_t I = info->input_size, T = 4;
+  if (info->input_is_tokens) return write_npy_file(path, info->batch_first ? std::vector<size_t>{1, T} : std::vector<size_t>{T, 1}, true);
+  if (!info->has_time_axis) return write_npy_file(path, {1, I}, false);
+  if (info->channels_first) return write_npy_file(path, {1, I, T}, false);
+  write_npy_file(path, info->batch_first ? std::vector<size_t>{1, T, I} : std::vector<size_t>{T, 1, I}, false);
 }
 
 // Nothing but the files the test put there: no output, no temporary file.
@@ -143,12 +165,16 @@ TEST_P(BadCatalogue, IsHandled) {
   ferry_model* model = nullptr;
   const ferry_status load = ferry_model_load(file.data, file.size, nullptr, &model);
   const std::string load_error = ferry_last_error();
+  ferry_model_info info{};
+  info.struct_size = sizeof info;
+  bool have_info = false;
   if (e.tool == "model" && !e.ok) {
     EXPECT_EQ(load, status_named(e.status)) << ferry_status_string(load) << ": " << load_error;
     EXPECT_EQ(model, nullptr);
     EXPECT_NE(load_error.find(e.expect), std::string::npos) << load_error;
   } else {
     ASSERT_EQ(load, FERRY_OK) << load_error;
+    have_info = ferry_model_get_info(model, &info) == FERRY_OK;
     size_t arena_bytes = 0;
     const ferry_status st = ferry_selftest_arena_size(model, &arena_bytes);
     const std::string st_error = ferry_last_error();
@@ -162,7 +188,7 @@ TEST_P(BadCatalogue, IsHandled) {
   }
 
   // Then the CLI: `ferry run` (or `ferry selftest`) writes nothing.
-  write_input_npy(dir / "x.npy");
+  write_input_npy(dir / "x.npy", have_info ? &info : nullptr);
   const CommandResult r =
       e.tool == "selftest"
           ? run_ferry("selftest " + shell_quote(path), dir)

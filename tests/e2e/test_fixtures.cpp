@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "cli_runner.h"
-#include "npy.h"
+#include "io/npy.h"
 
 namespace {
 

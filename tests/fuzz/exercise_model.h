@@ -95,15 +95,23 @@ inline ExerciseResult exercise_model(const uint8_t* data, size_t size, size_t ma
     }
     std::vector<float> x(B * T * info.input_size), y(out_floats);
     for (size_t i = 0; i < x.size(); ++i) x[i] = exercise_input_value(i);
-    if ((st = ferry_run(session, x.data(), B, T, nullptr, y.data(), y.size())) != FERRY_OK) fail("run", st);
+    // A model taking token ids gets id 0 (every embedding has a row 0).
+    const std::vector<int32_t> tokens(B * T, 0);
+    auto run = [&](const int32_t* lengths) {
+      return info.input_is_tokens ? ferry_run_tokens(session, tokens.data(), B, T, lengths, y.data(), y.size())
+                                  : ferry_run(session, x.data(), B, T, lengths, y.data(), y.size());
+    };
+    if ((st = run(nullptr)) != FERRY_OK) fail("run", st);
     if (info.has_time_axis) {
       const int32_t lengths[2] = {static_cast<int32_t>(T), 1};
-      if ((st = ferry_run(session, x.data(), B, T, lengths, y.data(), y.size())) != FERRY_OK) fail("run(lengths)", st);
+      if ((st = run(lengths)) != FERRY_OK) fail("run(lengths)", st);
     }
     if (info.has_time_axis && info.streamable) {
       std::vector<float> ys(B * info.output_size);
       for (size_t t = 0; t < 2; ++t) {
-        if ((st = ferry_step(session, x.data(), B, ys.data(), ys.size())) != FERRY_OK) fail("step", st);
+        st = info.input_is_tokens ? ferry_step_tokens(session, tokens.data(), B, ys.data(), ys.size())
+                                  : ferry_step(session, x.data(), B, ys.data(), ys.size());
+        if (st != FERRY_OK) fail("step", st);
       }
     }
     std::vector<float> state(B * size_t{info.state_floats} + 1);  // never empty: NULL is refused

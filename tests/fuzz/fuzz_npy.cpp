@@ -5,7 +5,7 @@
 
 #include "error.h"
 #include "fuzz_support.h"
-#include "npy.h"
+#include "io/npy.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {

@@ -8,10 +8,10 @@
 #include <unordered_set>
 #include <vector>
 
-#include "checkpoint.h"
+#include "checkpoint/checkpoint.h"
 #include "error.h"
 #include "fuzz_support.h"
-#include "pickle.h"
+#include "checkpoint/pickle.h"
 
 namespace {
 

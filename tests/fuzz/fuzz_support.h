@@ -10,10 +10,10 @@
 #include <memory>
 #include <string>
 
-#include "checkpoint.h"
+#include "checkpoint/checkpoint.h"
 #include "error.h"
-#include "mapped_file.h"
-#include "modules.h"
+#include "io/mapped_file.h"
+#include "mapping/modules.h"
 
 namespace ferry::fuzz {
 

@@ -8,7 +8,7 @@
 
 #include "error.h"
 #include "fuzz_support.h"
-#include "zip_reader.h"
+#include "io/zip_reader.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace ferry::conv;

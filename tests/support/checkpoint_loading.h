@@ -6,9 +6,9 @@
 #include <memory>
 #include <string>
 
-#include "checkpoint.h"
+#include "checkpoint/checkpoint.h"
 #include "error.h"
-#include "mapped_file.h"
+#include "io/mapped_file.h"
 #include "pt_builder.h"
 
 namespace ferry::test {

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "ferry/ferry.h"
-#include "model_writer.h"
+#include "writer/model_writer.h"
 
 namespace ferry::test {
 

@@ -28,15 +28,12 @@
 #include <xmmintrin.h>
 #endif
 
-#include "checkpoint.h"
 #include "convert.h"
 #include "error.h"
 #include "ferry/ferry.h"
 #include "ferry/ferry_generated.h"
-#include "mapped_file.h"
-#include "model_writer.h"
-#include "modules.h"
-#include "npy.h"
+#include "io/npy.h"
+#include "writer/model_writer.h"
 
 namespace {
 
@@ -194,13 +191,12 @@ std::vector<Case> fixture_cases() {
     Case c;
     c.name = e.at("name");
     try {
-      MappedFile file(kModels + std::string(e.at("pt")));
-      const Checkpoint checkpoint = load_checkpoint(file);
-      const ModuleSet modules = group_modules(checkpoint);
-      ConvertOptions o;
-      o.graph = graph;
-      o.batch_first = e.at("batch_first").get<bool>();
-      c.bytes = build_model(plan_conversion(checkpoint, modules, o).plan);
+      ConvertRequest request;
+      request.input = kModels + std::string(e.at("pt"));
+      request.graph = graph;
+      request.batch_first = e.at("batch_first").get<bool>();
+      request.selftest = SelfTestPolicy::Never;
+      c.bytes = convert(request).bytes;
     } catch (const Error& err) {
       if (form == "legacy" || form == "whole_module" || form == "torchscript" || form == "safetensors") continue;
       ADD_FAILURE() << c.name << ": " << err.what();
@@ -709,12 +705,16 @@ TEST(Backends, Panel8ElementOrder) {
 // Denormals are flushed for the duration of a call only: the caller's
 // MXCSR (flush modes, rounding, exception masks and flags) comes back as it
 // was, whether or not the caller flushes itself.
+// FERRY_FP_RESTORE (the 0.1 behaviour, kept behind the option): every call
+// restores the caller's mode.
 TEST(Backends, CallersFloatingPointModeIsRestored) {
   const Case c = generated_case({LayerOp::LSTM, 12, 24, 5, 2, true, true, true, "last>fc", 4, 3, 40, false}, 301);
   Model m(c.bytes);
   const unsigned saved = _mm_getcsr();
   for (ferry_backend b : {FERRY_BACKEND_REFERENCE, FERRY_BACKEND_AUTO}) {
-    Session s(m, options(b, c.batch, c.seq));
+    ferry_session_options o = options(b, c.batch, c.seq);
+    o.fp_mode = FERRY_FP_RESTORE;
+    Session s(m, o);
     ASSERT_EQ(s.status, FERRY_OK) << s.error;
     size_t n = 0;
     ASSERT_EQ(ferry_output_floats(m.model, c.batch, c.seq, &n), FERRY_OK);
@@ -725,6 +725,48 @@ TEST(Backends, CallersFloatingPointModeIsRestored) {
       EXPECT_EQ(_mm_getcsr() & ~0x3Fu, mode & ~0x3Fu) << std::hex << mode;
     }
   }
+  _mm_setcsr(saved);
+}
+
+// FERRY_FP_FLUSH (the default) turns flushing on and leaves it, touching
+// nothing else of the mode; FERRY_FP_CALLER touches nothing. FLUSH and
+// RESTORE give the same bits.
+TEST(Backends, DefaultFloatingPointModeFlushesOnceAndKeepsIt) {
+  const Case c = generated_case({LayerOp::GRU, 12, 24, 0, 1, false, true, true, "last>fc", 4, 3, 40, false}, 302);
+  Model m(c.bytes);
+  const unsigned saved = _mm_getcsr();
+  size_t n = 0;
+  ASSERT_EQ(ferry_output_floats(m.model, c.batch, c.seq, &n), FERRY_OK);
+  std::vector<float> restored(n), flushed(n);
+  {
+    ferry_session_options o = options(FERRY_BACKEND_AUTO, c.batch, c.seq);
+    o.fp_mode = FERRY_FP_RESTORE;
+    Session s(m, o);
+    ASSERT_EQ(s.status, FERRY_OK) << s.error;
+    ASSERT_EQ(ferry_run(s.s, c.input.data(), c.batch, c.seq, nullptr, restored.data(), n), FERRY_OK);
+  }
+  Session s(m, options(FERRY_BACKEND_AUTO, c.batch, c.seq));  // default: FERRY_FP_FLUSH
+  ASSERT_EQ(s.status, FERRY_OK) << s.error;
+  for (unsigned mode : {0x1F80u, 0x3F80u}) {  // default; round down
+    _mm_setcsr(mode);
+    ASSERT_EQ(ferry_state_reset(s.s), FERRY_OK);
+    ASSERT_EQ(ferry_run(s.s, c.input.data(), c.batch, c.seq, nullptr, flushed.data(), n), FERRY_OK);
+    EXPECT_EQ(_mm_getcsr() & ~0x3Fu, (mode | 0x8040u) & ~0x3Fu) << std::hex << mode << ": FTZ and DAZ on, the rest kept";
+  }
+  _mm_setcsr(0x1F80u);
+  ASSERT_EQ(ferry_state_reset(s.s), FERRY_OK);
+  ASSERT_EQ(ferry_run(s.s, c.input.data(), c.batch, c.seq, nullptr, flushed.data(), n), FERRY_OK);
+  EXPECT_TRUE(bit_equal(flushed, restored)) << "FLUSH and RESTORE must give the same bits";
+  ferry_session_options o = options(FERRY_BACKEND_AUTO, c.batch, c.seq);
+  o.fp_mode = FERRY_FP_CALLER;
+  Session caller(m, o);
+  ASSERT_EQ(caller.status, FERRY_OK) << caller.error;
+  _mm_setcsr(0x1F80u);
+  ASSERT_EQ(ferry_run(caller.s, c.input.data(), c.batch, c.seq, nullptr, flushed.data(), n), FERRY_OK);
+  EXPECT_EQ(_mm_getcsr() & ~0x3Fu, 0x1F80u) << "FERRY_FP_CALLER leaves the mode alone";
+  o.fp_mode = static_cast<ferry_fp_mode>(7);
+  size_t bytes = 0;
+  EXPECT_EQ(ferry_session_arena_size(m.model, &o, &bytes), FERRY_INVALID_ARGUMENT);
   _mm_setcsr(saved);
 }
 #endif

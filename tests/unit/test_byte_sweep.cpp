@@ -15,40 +15,19 @@
 #include <vector>
 
 #include "../fuzz/exercise_model.h"
-#include "checkpoint.h"
 #include "convert.h"
-#include "mapped_file.h"
-#include "model_writer.h"
-#include "modules.h"
 #include "random_models.h"
-#if __has_include("selftest_vectors.h")
-#include "selftest_vectors.h"
-#define FERRY_TEST_SELFTEST_VECTORS 1
-#endif
 
 namespace {
 
 using namespace ferry::conv;
 
 std::vector<uint8_t> convert_fixture(const std::string& name, const std::string& graph) {
-  MappedFile file(std::string(FERRY_FIXTURES_DIR) + "/models/" + name + ".pt");
-  const Checkpoint c = load_checkpoint(file);
-  const ModuleSet m = group_modules(c);
-  ConvertOptions o;
-  o.graph = graph;
-  ModelPlan plan = plan_conversion(c, m, o).plan;
-  plan.source_file = name + ".pt";
-  plan.source_sha256 = sha256_hex(file.data(), file.size());
-  plan.source_format = c.form;
-  plan.converter_version = "test";
-#ifdef FERRY_TEST_SELFTEST_VECTORS
-  plan_selftest(plan);
-  std::vector<uint8_t> bytes = build_model(plan).to_vector();
-  fill_selftest_output(bytes.data(), bytes.size());
-  return bytes;
-#else
-  return build_model(plan).to_vector();
-#endif
+  ConvertRequest request;
+  request.input = std::string(FERRY_FIXTURES_DIR) + "/models/" + name + ".pt";
+  request.graph = graph;
+  request.selftest = SelfTestPolicy::Always;
+  return convert(request).bytes.to_vector();
 }
 
 struct Sweep {

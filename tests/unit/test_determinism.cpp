@@ -5,9 +5,6 @@
 #ifdef FERRY_HAVE_CONVERTER  // the models are made by the converter
 #include <gtest/gtest.h>
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -21,12 +18,8 @@
 #define FERRY_TEST_THREADS 1
 #endif
 
-#include "checkpoint.h"
 #include "convert.h"
 #include "error.h"
-#include "mapped_file.h"
-#include "model_writer.h"
-#include "modules.h"
 #include "random_models.h"
 
 namespace {
@@ -229,29 +222,19 @@ TEST(Determinism, ConverterOutputIsByteIdentical) {
     std::vector<std::vector<uint8_t>> in_memory;
     std::vector<std::string> on_disk;
     for (int round = 0; round < 3; ++round) {
-      ferry::conv::MappedFile file(models + c.file);
-      const ferry::conv::Checkpoint ckpt = ferry::conv::load_checkpoint(file);
-      const ferry::conv::ModuleSet modules = ferry::conv::group_modules(ckpt);
-      ferry::conv::ConvertOptions options;
-      options.graph = c.graph;
-      ferry::conv::ConvertResult result;
+      // The same convert() call, the model returned in memory, then written
+      // to a file as `ferry convert` writes it.
+      ferry::conv::ConvertRequest request;
+      request.input = models + c.file;
+      request.graph = c.graph;
+      const std::string path = dir + "/out" + std::to_string(round) + ".fb";
       try {
-        result = ferry::conv::plan_conversion(ckpt, modules, options, &file);
+        in_memory.push_back(ferry::conv::convert(request).bytes.to_vector());
+        request.output = path;
+        ferry::conv::convert(request);
       } catch (const ferry::conv::Error& e) {
         FAIL() << e.what();
       }
-      ferry::conv::ModelPlan& plan = result.plan;
-      plan.source_sha256 = ferry::conv::sha256_file(file);
-      plan.source_file = c.file;
-      plan.source_format = ckpt.form;
-      plan.converter_version = "test";
-      in_memory.push_back(ferry::conv::build_model(plan).to_vector());
-      const ferry::conv::ModelBytes meta = ferry::conv::build_model(plan, nullptr, false);
-      const int fd = ::open((models + c.file).c_str(), O_RDONLY | O_CLOEXEC);
-      ASSERT_GE(fd, 0);
-      const std::string path = dir + "/out" + std::to_string(round) + ".fb";
-      ferry::conv::write_model_file(path, meta, plan, fd);
-      ::close(fd);
       on_disk.push_back(read_file(path));
     }
     for (int round = 1; round < 3; ++round) {

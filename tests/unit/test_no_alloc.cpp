@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "ferry/ferry.h"
-#include "model_writer.h"
+#include "writer/model_writer.h"
 
 // Interposing needs glibc's __libc_* entry points, and must stay out of the
 // way of sanitizers, which interpose the allocator themselves.

@@ -10,7 +10,7 @@
 #include <string>
 
 #include "error.h"
-#include "pickle.h"
+#include "checkpoint/pickle.h"
 #include "pt_builder.h"
 
 namespace ferry::conv {

@@ -8,13 +8,9 @@
 #include <memory>
 #include <vector>
 
-#include "checkpoint.h"
 #include "convert.h"
 #include "ferry/ferry.h"
-#include "mapped_file.h"
-#include "model_writer.h"
-#include "modules.h"
-#include "npy.h"
+#include "io/npy.h"
 
 namespace {
 
@@ -23,13 +19,12 @@ using namespace ferry::conv;
 const std::string kModels = std::string(FERRY_FIXTURES_DIR) + "/models/";
 
 std::vector<uint8_t> convert_fixture(const std::string& name, const std::string& graph, bool batch_first) {
-  MappedFile file(kModels + name + ".pt");
-  const Checkpoint c = load_checkpoint(file);
-  const ModuleSet m = group_modules(c);
-  ConvertOptions o;
-  o.graph = graph;
-  o.batch_first = batch_first;
-  return build_model(plan_conversion(c, m, o).plan).to_vector();
+  ConvertRequest request;
+  request.input = kModels + name + ".pt";
+  request.graph = graph;
+  request.batch_first = batch_first;
+  request.selftest = SelfTestPolicy::Never;
+  return convert(request).bytes.to_vector();
 }
 
 struct AlignedBuffer {

@@ -1,5 +1,6 @@
-// Golden self-test vectors (converter: selftest_vectors.h; runtime:
-// ferry_selftest) and the --c-array header writer (c_array.h).
+// Golden self-test vectors (converter: plan/selftest_plan.h, filled by the
+// writer's runtime pass; runtime: ferry_selftest) and the --c-array header
+// text (writer/c_array.h).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,15 +9,11 @@
 #include <string>
 #include <vector>
 
-#include "c_array.h"
-#include "checkpoint.h"
 #include "convert.h"
 #include "ferry/ferry.h"
 #include "ferry/ferry_generated.h"
-#include "mapped_file.h"
-#include "model_writer.h"
-#include "modules.h"
-#include "selftest_vectors.h"
+#include "plan/selftest_plan.h"
+#include "writer/c_array.h"
 
 namespace {
 
@@ -27,17 +24,12 @@ const std::string kModels = std::string(FERRY_FIXTURES_DIR) + "/models/";
 // A fixture converted in memory, with (or without) its golden vectors.
 std::vector<uint8_t> convert(const std::string& name, const std::string& graph, bool batch_first,
                              bool vectors = true) {
-  MappedFile file(kModels + name + ".pt");
-  const Checkpoint c = load_checkpoint(file);
-  const ModuleSet m = group_modules(c);
-  ConvertOptions o;
-  o.graph = graph;
-  o.batch_first = batch_first;
-  ConvertResult r = plan_conversion(c, m, o);
-  if (vectors) plan_selftest(r.plan);
-  ModelBytes bytes = build_model(r.plan);
-  fill_selftest_output(bytes.mutable_data(), bytes.size());
-  return bytes.to_vector();
+  ConvertRequest request;
+  request.input = kModels + name + ".pt";
+  request.graph = graph;
+  request.batch_first = batch_first;
+  request.selftest = vectors ? SelfTestPolicy::Always : SelfTestPolicy::Never;
+  return ferry::conv::convert(request).bytes.to_vector();
 }
 
 struct Loaded {

@@ -9,9 +9,9 @@
 #include <memory>
 #include <string>
 
-#include "checkpoint.h"
+#include "checkpoint/checkpoint.h"
 #include "error.h"
-#include "mapped_file.h"
+#include "io/mapped_file.h"
 #include "checkpoint_loading.h"
 #include "pt_builder.h"
 

@@ -1,4 +1,4 @@
-// Zip container reader (converter/src/zip_reader.h), on archives assembled
+// Zip container reader (converter/src/io/zip_reader.h), on archives assembled
 // byte by byte in the layout torch.save writes.
 // The converter is optional (FERRY_CONVERTER); these tests need it.
 #ifdef FERRY_HAVE_CONVERTER
@@ -9,7 +9,7 @@
 
 #include "error.h"
 #include "pt_builder.h"
-#include "zip_reader.h"
+#include "io/zip_reader.h"
 
 namespace ferry::conv {
 namespace {

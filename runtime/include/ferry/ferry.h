@@ -63,7 +63,7 @@ const char* ferry_last_error(void);
 /* Version of the library ("0.1.0") and of the model format it reads. */
 const char* ferry_version(void);
 #define FERRY_FORMAT_MAJOR 1
-#define FERRY_FORMAT_MINOR 1
+#define FERRY_FORMAT_MINOR 2
 
 /* Arena and handle memory must be aligned to this many bytes. */
 #define FERRY_ALIGNMENT 64
@@ -101,9 +101,12 @@ typedef struct ferry_model_info {
   int batch_first;         /* 1: [B,T,F] input and output; 0: [T,B,F] */
   int output_is_sequence;  /* 0 when the chain contains `last`: output [B,F] */
   int has_time_axis;       /* 0 for a Linear-only model: input [B,F] */
-  int streamable;          /* 1 if ferry_step is supported (no bidirectional) */
+  int streamable;          /* 1 if ferry_step is supported (no bidirectional, convs causal) */
   size_t num_layers;       /* elements of the chain */
   size_t state_floats;     /* floats of recurrent state per batch sample */
+  /* (0.2) Filled when struct_size covers them. */
+  int channels_first;      /* 1: [B,F,T] input and sequence output (what nn.Conv1d takes) */
+  int input_is_tokens;     /* 1: int32 token ids, ferry_run_tokens / ferry_step_tokens */
 } ferry_model_info;
 
 ferry_status ferry_model_get_info(const ferry_model* model, ferry_model_info* info_out);
@@ -189,6 +192,28 @@ typedef enum ferry_device_io {
   FERRY_DEVICE_IO_ZERO_COPY = 2,
 } ferry_device_io;
 
+/* What ferry_run / ferry_step do with the calling thread's floating-point
+ * mode. Denormal numbers (|x| < 1.2e-38) make x86 and Arm cores take slow
+ * micro-code paths, and a recurrence that decays towards zero makes many:
+ * ferry computes with them flushed to zero (x86 MXCSR.FTZ+DAZ, Arm FPCR.FZ).
+ *   FERRY_FP_FLUSH   (default) the first call on a thread turns flushing on
+ *                    and leaves it on: afterwards a call only reads the mode
+ *                    (no write: a write costs ~15 ns on x86, a fifth of a
+ *                    small step). The thread's other float code then also
+ *                    flushes denormals; its rounding mode is never changed.
+ *   FERRY_FP_RESTORE flushing on for the call, the caller's mode restored
+ *                    before it returns (the 0.1 behaviour; ~15 ns a call when
+ *                    the caller does not flush itself).
+ *   FERRY_FP_CALLER  ferry never touches the mode; results then depend on it
+ *                    (denormal inputs and products are kept if the caller
+ *                    keeps them) and steps may slow down near zero.
+ * Results are bit-identical between FLUSH and RESTORE. */
+typedef enum ferry_fp_mode {
+  FERRY_FP_FLUSH = 0,
+  FERRY_FP_RESTORE = 1,
+  FERRY_FP_CALLER = 2,
+} ferry_fp_mode;
+
 typedef struct ferry_session_options {
   size_t struct_size;  /* sizeof(ferry_session_options) */
   size_t max_batch;    /* >= 1 */
@@ -202,6 +227,8 @@ typedef struct ferry_session_options {
    * denormals for the duration of the work, like the calling thread. The
    * CUDA backend does not use it. */
   void* threadpool;
+  /* (0.2) The calling thread's floating-point mode (ferry_fp_mode). */
+  ferry_fp_mode fp_mode;
   /* Device backends (FERRY_BACKEND_CUDA); the CPU backends ignore these.
    * Added in 0.2: a caller compiled against an older header passes a
    * smaller struct_size and gets the defaults. */
@@ -210,8 +237,8 @@ typedef struct ferry_session_options {
   int device;                                       /* CUDA device ordinal, 0 */
 } ferry_session_options;
 
-/* Fills defaults: max_batch 1, max_seq 1, backend auto, no thread pool, no
- * device allocator, device_io auto, device 0. */
+/* Fills defaults: max_batch 1, max_seq 1, backend auto, no thread pool,
+ * FERRY_FP_FLUSH, no device allocator, device_io auto, device 0. */
 void ferry_session_options_init(ferry_session_options* options);
 
 /* Convenience for ferry_session_options.threadpool: a pthreadpool of
@@ -259,9 +286,8 @@ ferry_status ferry_session_init(const ferry_model* model,
  * arena may be reused. NULL is a no-op. */
 ferry_status ferry_session_release(ferry_session* session);
 
-/* Runs a whole sequence. Denormals are flushed to zero for the duration of
- * the call (and of ferry_step); the caller's floating-point mode is restored
- * before it returns. `input` holds batch*seq*input_size floats in the
+/* Runs a whole sequence. Denormals are flushed to zero (ferry_fp_mode says
+ * how the calling thread's mode is treated). `input` holds batch*seq*input_size floats in the
  * model's layout ([B,T,I] batch-first, else [T,B,I]; [B,I] without a time
  * axis). `lengths` is NULL (every sample has `seq` steps) or `batch` values in
  * 1..seq: each sample's valid steps; outputs past a sample's length are zero,
@@ -276,18 +302,35 @@ ferry_status ferry_run(ferry_session* session, const float* input,
 
 /* Runs one time step on `input` [B,I], carrying the state; `output` gets
  * [B,output_size]. Running T steps one by one gives exactly the output of the
- * whole-sequence run. FERRY_UNSUPPORTED for a bidirectional model. */
+ * whole-sequence run. FERRY_UNSUPPORTED, naming the layer, for a model with
+ * a bidirectional layer or a Conv1d that looks ahead (only a causal conv,
+ * padded on the left only, streams: its last inputs are its state). */
 ferry_status ferry_step(ferry_session* session, const float* input, size_t batch,
                         float* output, size_t output_capacity);
 
-/* Floats of output for a run of (batch, seq). */
+/* The same for a model taking token ids (ferry_model_info.input_is_tokens,
+ * a first Embedding layer): `tokens` holds batch*seq ids, [B,T] batch-first
+ * else [T,B]. An id outside the embedding's rows is FERRY_INVALID_ARGUMENT,
+ * checked before anything runs. */
+ferry_status ferry_run_tokens(ferry_session* session, const int32_t* tokens,
+                              size_t batch, size_t seq, const int32_t* lengths,
+                              float* output, size_t output_capacity);
+ferry_status ferry_step_tokens(ferry_session* session, const int32_t* tokens, size_t batch,
+                               float* output, size_t output_capacity);
+
+/* Floats of output for a run of (batch, seq): batch * output_size, times
+ * the output's steps for a sequence output (seq, or what a strided or
+ * unpadded Conv1d makes of it). FERRY_INVALID_ARGUMENT if `seq` is too short
+ * for a conv's kernel. */
 ferry_status ferry_output_floats(const ferry_model* model, size_t batch, size_t seq,
                                  size_t* floats_out);
 
-/* Recurrent state of every recurrent layer, for `batch` samples, in chain
- * order; per layer [num_layers*D][B][H_out] hidden, then for LSTM
- * [num_layers*D][B][H] cell. ferry_model_info.state_floats per sample.
- * set is how h0/c0 are passed. */
+/* State of every layer that has one, for `batch` samples, in chain order:
+ * a recurrent layer [num_layers*D][B][H_out] hidden, then for LSTM
+ * [num_layers*D][B][H] cell; a causal Conv1d [B][(kernel-1)*dilation][in]
+ * (its last inputs, oldest first); mean / max pooling over time [B][F+1]
+ * (the running sum or maximum, then the count of steps).
+ * ferry_model_info.state_floats per sample. set is how h0/c0 are passed. */
 ferry_status ferry_state_get(const ferry_session* session, size_t batch,
                              float* state_out, size_t capacity);
 ferry_status ferry_state_set(ferry_session* session, size_t batch,

@@ -1,5 +1,6 @@
 // The model entry points of the C API: load (verify + view, no copy of the
 // weights), free, info. The checks themselves are model/loader.h's.
+#include <stddef.h>
 #include <stdlib.h>
 
 #include <new>
@@ -65,7 +66,10 @@ extern "C" void ferry_model_free(ferry_model* model) {
 extern "C" ferry_status ferry_model_get_info(const ferry_model* model, ferry_model_info* info) {
   using namespace ferry;
   if (!model || !info) return fail(FERRY_INVALID_ARGUMENT, "model or info_out is NULL");
-  if (info->struct_size < sizeof(ferry_model_info)) {
+  // Callers compiled against an older header pass a smaller struct: fill
+  // what it has.
+  constexpr size_t kInfoV1Size = offsetof(ferry_model_info, channels_first);
+  if (info->struct_size < kInfoV1Size) {
     return fail(FERRY_INVALID_ARGUMENT, "info_out->struct_size must be sizeof(ferry_model_info)");
   }
   info->input_size = model->input_size;
@@ -76,5 +80,9 @@ extern "C" ferry_status ferry_model_get_info(const ferry_model* model, ferry_mod
   info->streamable = model->streamable;
   info->num_layers = model->num_layers;
   info->state_floats = model->state_floats;
+  if (info->struct_size >= offsetof(ferry_model_info, input_is_tokens) + sizeof(int)) {
+    info->channels_first = model->channels_first;
+    info->input_is_tokens = model->input_is_tokens;
+  }
   return FERRY_OK;
 }

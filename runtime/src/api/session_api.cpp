@@ -45,6 +45,17 @@ ferry_status read_options(const ferry_session_options* o, SessionConfig* out) {
   if (out->threadpool && !threads_supported()) {
     return fail(FERRY_UNSUPPORTED, "options->threadpool: this runtime was built without pthreadpool");
   }
+  if (o->struct_size >= offsetof(ferry_session_options, fp_mode) + sizeof(o->fp_mode)) {
+    std::underlying_type<ferry_fp_mode>::type mode;
+    static_assert(sizeof(mode) == sizeof(o->fp_mode), "enum and its underlying type differ in size");
+    memcpy(&mode, &o->fp_mode, sizeof(mode));
+    if (static_cast<long long>(mode) < 0 || static_cast<long long>(mode) > FERRY_FP_CALLER) {
+      return fail(FERRY_INVALID_ARGUMENT, "fp_mode %lld is unknown", static_cast<long long>(mode));
+    }
+    out->fp_mode = static_cast<ferry_fp_mode>(mode);
+  } else {
+    out->fp_mode = FERRY_FP_RESTORE;  // what a caller of the 0.1 header was promised
+  }
   // The device fields (0.2), each read only when the caller's struct has it.
   if (o->struct_size >= offsetof(ferry_session_options, device_allocator) + sizeof(o->device_allocator)) {
     out->device_allocator = o->device_allocator;
@@ -93,11 +104,45 @@ ferry_status check_session(const ferry_session* s) {
   return FERRY_OK;
 }
 
-// The arguments of ferry_run / ferry_step, against the session and model.
-ferry_status check_run(const ferry_session* s, const RunCall& call, size_t capacity) {
+// Sequence steps after the chain for `seq` input steps (1 for an output
+// without a time axis), or a status naming the Conv1d whose kernel exceeds
+// its padded input, or whose reflect padding reaches past its input.
+ferry_status output_steps(const ferry_model* m, size_t seq, size_t* steps_out) {
+  size_t steps = seq;
+  for (uint32_t i = 0; i < m->num_layers; ++i) {
+    const Layer& l = m->layers[i];
+    if (l.op == Op::kConv1d) {
+      if (l.pad_mode == PaddingMode::kReflect && (l.pad_left >= steps || l.pad_right >= steps)) {
+        return fail(FERRY_INVALID_ARGUMENT, "layers[%u] (Conv1d): reflect padding %u/%u needs more than %zu steps", i,
+                    l.pad_left, l.pad_right, steps);
+      }
+      const size_t next = conv_output_steps(l, steps);
+      if (next == 0) {
+        return fail(FERRY_INVALID_ARGUMENT,
+                    "layers[%u] (Conv1d): %zu steps are fewer than its kernel spans (%u, dilation %u) with padding",
+                    i, steps, l.kernel, l.dilation);
+      }
+      steps = next;
+    } else if (op_collapses_time(l.op)) {
+      steps = 1;
+    }
+  }
+  *steps_out = m->output_is_sequence ? steps : 1;
+  return FERRY_OK;
+}
+
+// The arguments of ferry_run / ferry_step, against the session and model;
+// sets call->out_steps.
+ferry_status check_run(const ferry_session* s, RunCall* run, size_t capacity) {
+  const RunCall& call = *run;
   const ferry_model* m = s->model;
   const size_t B = call.batch, T = call.seq;
-  if (!call.input || !call.output) return fail(FERRY_INVALID_ARGUMENT, "input or output is NULL");
+  if (m->input_is_tokens != (call.tokens != nullptr)) {
+    return fail(FERRY_INVALID_ARGUMENT, m->input_is_tokens
+                                            ? "this model takes token ids: use ferry_run_tokens / ferry_step_tokens"
+                                            : "this model takes floats: use ferry_run / ferry_step");
+  }
+  if ((!call.input && !call.tokens) || !call.output) return fail(FERRY_INVALID_ARGUMENT, "input or output is NULL");
   if (B == 0 || T == 0) return fail(FERRY_INVALID_ARGUMENT, "batch and seq must be >= 1");
   if (B > s->max_batch || T > s->max_seq) {
     return fail(FERRY_INVALID_STATE, "batch %zu x seq %zu exceeds the session's max_batch %zu x max_seq %zu", B,
@@ -114,11 +159,61 @@ ferry_status check_run(const ferry_session* s, const RunCall& call, size_t capac
       }
     }
   }
-  const size_t out_floats = (m->output_is_sequence ? T : 1) * B * m->output_size;
+  if (call.lengths && !m->lengths_ok) {
+    return fail(FERRY_UNSUPPORTED, "per-sample lengths: a Conv1d of this model changes the number of steps");
+  }
+  ferry_status st = FERRY_OK;
+  if (m->max_conv_patch == 0) {  // no Conv1d: the steps stay the steps
+    run->out_steps = m->output_is_sequence ? T : 1;
+  } else if ((st = output_steps(m, T, &run->out_steps)) != FERRY_OK) {
+    return st;
+  }
+  const size_t out_floats = run->out_steps * B * m->output_size;
   if (capacity < out_floats) {
     return fail(FERRY_INVALID_ARGUMENT, "output capacity %zu floats, the run needs %zu", capacity, out_floats);
   }
+  if (call.tokens) {
+    const uint32_t num = m->layers[0].weight.units;
+    for (size_t i = 0; i < B * T; ++i) {
+      if (call.tokens[i] < 0 || static_cast<uint32_t>(call.tokens[i]) >= num) {
+        return fail(FERRY_INVALID_ARGUMENT, "tokens[%zu] = %d: out of range, the embedding has %u rows (0..%u)", i,
+                    static_cast<int>(call.tokens[i]), num, num - 1);
+      }
+    }
+  }
   return FERRY_OK;
+}
+
+// ferry_step's refusal of a model it cannot stream, naming the layer.
+ferry_status check_streamable(const ferry_model* m) {
+  if (m->streamable) return FERRY_OK;
+  const Layer& l = m->layers[m->unstreamable_layer];
+  if (l.op == Op::kConv1d) {
+    return fail(FERRY_UNSUPPORTED,
+                "ferry_step: layers[%u] (Conv1d) looks at steps after the current one (padding %u left, %u right, "
+                "stride %u, %s; only a causal conv streams): use ferry_run",
+                m->unstreamable_layer, l.pad_left, l.pad_right, l.stride,
+                l.pad_mode == PaddingMode::kZeros ? "zeros" : "reflect/replicate padding");
+  }
+  return fail(FERRY_UNSUPPORTED,
+              "ferry_step: the model has a bidirectional layer, which needs the whole sequence; use ferry_run");
+}
+
+ferry_status run_checked(ferry_session* session, RunCall call, size_t capacity) {
+  ferry_status st = check_session(session);
+  if (st != FERRY_OK) return st;
+  FlushDenormals flush(session->fp_mode);
+  if ((st = check_run(session, &call, capacity)) != FERRY_OK) return st;
+  return session->backend->run(session, call);
+}
+
+ferry_status step_checked(ferry_session* session, RunCall call, size_t capacity) {
+  ferry_status st = check_session(session);
+  if (st != FERRY_OK) return st;
+  if ((st = check_streamable(session->model)) != FERRY_OK) return st;
+  FlushDenormals flush(session->fp_mode);
+  if ((st = check_run(session, &call, capacity)) != FERRY_OK) return st;
+  return session->backend->step(session, call);
 }
 
 // The arguments of ferry_state_get / ferry_state_set.
@@ -164,6 +259,7 @@ extern "C" void ferry_session_options_init(ferry_session_options* options) {
   options->max_seq = 1;
   options->backend = FERRY_BACKEND_AUTO;
   options->threadpool = nullptr;
+  options->fp_mode = FERRY_FP_FLUSH;
   options->device_allocator = nullptr;
   options->device_io = FERRY_DEVICE_IO_AUTO;
   options->device = 0;
@@ -207,7 +303,8 @@ extern "C" ferry_status ferry_session_init(const ferry_model* model, const ferry
   }
   uint8_t* base = static_cast<uint8_t*>(arena);
   const Backend& backend = backend_for(config.backend);
-  ferry_session* s = new (base) ferry_session{&backend, model, config.max_batch, config.max_seq, nullptr};
+  ferry_session* s =
+      new (base) ferry_session{&backend, model, config.max_batch, config.max_seq, nullptr, config.fp_mode};
   if ((st = backend.init(s, config, base)) != FERRY_OK) return st;
   *session_out = s;
   return FERRY_OK;
@@ -215,33 +312,33 @@ extern "C" ferry_status ferry_session_init(const ferry_model* model, const ferry
 
 extern "C" ferry_status ferry_run(ferry_session* session, const float* input, size_t batch, size_t seq,
                                   const int32_t* lengths, float* output, size_t output_capacity) {
-  ferry_status st = check_session(session);
-  if (st != FERRY_OK) return st;
-  FlushDenormals flush;
-  const RunCall call{input, batch, seq, lengths, output};
-  if ((st = check_run(session, call, output_capacity)) != FERRY_OK) return st;
-  return session->backend->run(session, call);
+  return run_checked(session, RunCall{input, nullptr, batch, seq, lengths, output, 1}, output_capacity);
 }
 
 extern "C" ferry_status ferry_step(ferry_session* session, const float* input, size_t batch, float* output,
                                    size_t output_capacity) {
-  ferry_status st = check_session(session);
-  if (st != FERRY_OK) return st;
-  if (!session->model->streamable) {
-    return fail(FERRY_UNSUPPORTED,
-                "ferry_step: the model has a bidirectional layer, which needs the whole sequence; use ferry_run");
-  }
-  FlushDenormals flush;
-  const RunCall call{input, batch, 1, nullptr, output};
-  if ((st = check_run(session, call, output_capacity)) != FERRY_OK) return st;
-  return session->backend->step(session, call);
+  return step_checked(session, RunCall{input, nullptr, batch, 1, nullptr, output, 1}, output_capacity);
+}
+
+extern "C" ferry_status ferry_run_tokens(ferry_session* session, const int32_t* tokens, size_t batch, size_t seq,
+                                         const int32_t* lengths, float* output, size_t output_capacity) {
+  if (!tokens) return fail(FERRY_INVALID_ARGUMENT, "tokens is NULL");
+  return run_checked(session, RunCall{nullptr, tokens, batch, seq, lengths, output, 1}, output_capacity);
+}
+
+extern "C" ferry_status ferry_step_tokens(ferry_session* session, const int32_t* tokens, size_t batch,
+                                          float* output, size_t output_capacity) {
+  if (!tokens) return fail(FERRY_INVALID_ARGUMENT, "tokens is NULL");
+  return step_checked(session, RunCall{nullptr, tokens, batch, 1, nullptr, output, 1}, output_capacity);
 }
 
 extern "C" ferry_status ferry_output_floats(const ferry_model* model, size_t batch, size_t seq,
                                             size_t* floats_out) {
   if (!model || !floats_out) return fail(FERRY_INVALID_ARGUMENT, "model or floats_out is NULL");
-  size_t n = 0;
-  if (__builtin_mul_overflow(model->output_is_sequence ? seq : 1, batch, &n) ||
+  size_t n = 0, steps = 0;
+  const ferry_status st = output_steps(model, seq, &steps);
+  if (st != FERRY_OK) return st;
+  if (__builtin_mul_overflow(steps, batch, &n) ||
       __builtin_mul_overflow(n, size_t{model->output_size}, &n)) {
     return fail(FERRY_INVALID_ARGUMENT, "output size overflows");
   }

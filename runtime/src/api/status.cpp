@@ -63,7 +63,8 @@ extern "C" const char* ferry_backend_name(ferry_backend backend) {
   // out-of-range enum value must not be used as the enum (UB).
   std::underlying_type<ferry_backend>::type value;
   memcpy(&value, &backend, sizeof(value));
-  return static_cast<long long>(value) >= 0 && static_cast<long long>(value) < kBackendCount ? kBackendNames[value] : "unknown";
+  const long long index = static_cast<long long>(value);  // the type may be unsigned
+  return index >= 0 && index < kBackendCount ? kBackendNames[index] : "unknown";
 }
 
 extern "C" ferry_status ferry_backend_from_name(const char* name, ferry_backend* backend_out) {

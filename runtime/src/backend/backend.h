@@ -45,6 +45,7 @@ struct SessionConfig {
   size_t max_seq = 1;
   ferry_backend backend = FERRY_BACKEND_AUTO;
   void* threadpool = nullptr;  // pthreadpool_t or null
+  ferry_fp_mode fp_mode = FERRY_FP_FLUSH;
   // Device backends only.
   const ferry_device_allocator* device_allocator = nullptr;
   ferry_device_io device_io = FERRY_DEVICE_IO_AUTO;
@@ -53,10 +54,12 @@ struct SessionConfig {
 
 // One ferry_run / ferry_step call, arguments checked.
 struct RunCall {
-  const float* input;      // the model's layout
+  const float* input;      // the model's layout (null for a model taking tokens)
+  const int32_t* tokens;   // the token ids of a model taking tokens, else null
   size_t batch, seq;       // seq is 1 for ferry_step
   const int32_t* lengths;  // null or batch values in 1..seq
   float* output;           // ferry_output_floats(batch, seq) floats
+  size_t out_steps;        // steps of a sequence output (1 otherwise)
 };
 
 struct Backend {
@@ -98,4 +101,5 @@ struct ferry_session {
   size_t max_batch;
   size_t max_seq;
   void* impl;
+  ferry_fp_mode fp_mode;
 };

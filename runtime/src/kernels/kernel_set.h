@@ -123,6 +123,20 @@ struct KernelSet {
   void (*sigmoid)(float* x, size_t n);
   void (*relu)(float* x, size_t n);
   void (*softmax)(float* x, size_t n);
+  // (format 1.2 ops) In place over n floats, with the layer's parameters:
+  void (*leaky_relu)(float* x, size_t n, float slope);     // x > 0 ? x : slope * x
+  void (*elu)(float* x, size_t n, float alpha);            // x > 0 ? x : alpha * (exp(x) - 1)
+  void (*hardtanh)(float* x, size_t n, float lo, float hi);  // min(max(x, lo), hi)
+  void (*silu)(float* x, size_t n);                        // x * sigmoid(x)
+  void (*gelu)(float* x, size_t n);                        // x * (1 + erf(x / sqrt 2)) / 2
+  void (*gelu_tanh)(float* x, size_t n);                   // PyTorch's approximate='tanh'
+  // Over `rows` rows of n features: PReLU (w_count 1 or n weights) and a
+  // per-feature scale and shift (BatchNorm, folded).
+  void (*prelu)(float* x, size_t rows, size_t n, const float* w, size_t w_count);
+  void (*scale_shift)(float* x, size_t rows, size_t n, const float* scale, const float* shift);
+  // One row of n features: LayerNorm (weight, bias may be null) and log-softmax.
+  void (*layer_norm)(float* x, size_t n, const float* weight, const float* bias, float eps);
+  void (*log_softmax)(float* x, size_t n);
 
   // kPanels: fused steps over panels [p0, p1), and updates over panels of one
   // sample.

@@ -30,10 +30,35 @@ enum class Op : uint8_t {
   kSigmoid,
   kSoftmax,
   kIdentity,
+  // format 1.2
+  kConv1d,
+  kBatchNorm,
+  kLayerNorm,
+  kPRelu,
+  kLeakyRelu,
+  kElu,
+  kGelu,
+  kSilu,
+  kHardtanh,
+  kLogSoftmax,
+  kMeanPool,
+  kMaxPool,
+  kEmbedding,
+  kSave,
+  kAdd,
 };
 
+// Values of the schema's PaddingMode.
+enum class PaddingMode : uint8_t { kZeros, kReflect, kReplicate };
+
+// Residual slots (Save / Add) one model may hold at once.
+constexpr uint32_t kMaxSlots = 4;
+
 inline bool op_is_recurrent(Op op) { return op <= Op::kRnnRelu; }
-inline bool op_has_weights(Op op) { return op_is_recurrent(op) || op == Op::kLinear; }
+// Layers whose weights a kernel set's GEMM reads (the SIMD sets need them Panel8).
+inline bool op_has_weights(Op op) { return op_is_recurrent(op) || op == Op::kLinear || op == Op::kConv1d; }
+// Layers that turn [T,B,F] into [B,F].
+inline bool op_collapses_time(Op op) { return op == Op::kLast || op == Op::kMeanPool || op == Op::kMaxPool; }
 
 // The cell kind of a recurrent op (its gate count: layout::gate_count).
 inline layout::CellKind cell_kind(Op op) {
@@ -61,12 +86,29 @@ struct Layer {
   uint32_t num_layers = 0;
   uint32_t dirs = 0;        // 1 or 2
   uint32_t first_cell = 0;  // cells[first_cell + k * dirs + d]
-  // Floats of state per batch sample: h [L*D][H_out] (+ c [L*D][H] for LSTM).
+  // Floats of state per batch sample: h [L*D][H_out] (+ c [L*D][H] for LSTM);
+  // a causal Conv1d: its last (kernel-1)*dilation inputs [steps][in]; a
+  // pooling layer: the running sum (mean) or maximum [F], then the count.
   uint32_t state_floats = 0;
   uint32_t state_offset = 0;  // within the per-sample state of the model
-  // Linear.
-  Weight weight;  // [out, in]
-  Weight bias;    // [out] or absent
+  // Linear [out, in] / Conv1d (below) / BatchNorm scale [F] / LayerNorm,
+  // PReLU weight [F] or [1] / Embedding [num, dim].
+  Weight weight;
+  Weight bias;    // [out] or absent; BatchNorm shift [F]
+  // Conv1d: `groups` matrices [out/groups, (in/groups)*kernel] (Weight::units,
+  // ::cols) stored one after the other, `group_stride` elements apart.
+  // The bias likewise: `groups` vectors of out/groups, `bias_group_stride` apart.
+  uint32_t kernel = 0, stride = 1, dilation = 1, groups = 1, pad_left = 0, pad_right = 0;
+  PaddingMode pad_mode = PaddingMode::kZeros;
+  uint64_t group_stride = 0, bias_group_stride = 0;
+  // A Conv1d ferry_step can run: stride 1, zero padding on the left only,
+  // (kernel-1)*dilation of it: its state is the last (kernel-1)*dilation inputs.
+  bool causal = false;
+  // Parameters: LayerNorm eps; LeakyReLU slope, ELU alpha, Hardtanh [alpha,
+  // beta]; GELU's tanh approximation; Save / Add slot.
+  float eps = 0.0f, alpha = 0.0f, beta = 0.0f;
+  bool approximate_tanh = false;
+  uint32_t slot = 0;
   // Every weight of the layer is Panel8: the SIMD and XNNPACK backends can
   // run it (a format 1.0 file is RowMajor and runs on the reference only).
   bool panel8 = false;
@@ -82,9 +124,15 @@ struct ferry_model {
   size_t size = 0;
   bool owned_handle = false;  // allocated by ferry_model_load
   bool batch_first = false;
-  bool has_time_axis = false;   // any recurrent layer
+  bool channels_first = false;  // input (and a sequence output) [B,F,T]
+  bool input_is_tokens = false; // int32 token ids; the first layer is an Embedding
+  bool has_time_axis = false;   // a recurrent / conv / pooling layer, or Model.time_axis
   bool output_is_sequence = false;
-  bool streamable = true;       // no bidirectional layer
+  bool streamable = true;       // no bidirectional layer, every Conv1d causal
+  uint32_t unstreamable_layer = 0;  // the first layer that makes it not streamable
+  bool lengths_ok = true;       // no Conv1d changes the number of steps
+  uint32_t num_slots = 0;       // residual slots used (Save)
+  uint32_t max_conv_patch = 0;  // widest (in/groups)*kernel of a Conv1d
   uint32_t input_size = 0;
   uint32_t output_size = 0;
   uint32_t max_features = 0;    // widest activation in the chain
@@ -97,3 +145,36 @@ struct ferry_model {
   ferry::Layer layers[ferry::kMaxChain];
   ferry::Cell cells[ferry::kMaxCells];
 };
+
+namespace ferry {
+
+// Steps a Conv1d gives for `steps` input steps (0: the kernel is larger than
+// the padded input).
+inline size_t conv_output_steps(const Layer& l, size_t steps) {
+  const size_t padded = steps + l.pad_left + l.pad_right;
+  const size_t span = size_t{l.dilation} * (l.kernel - 1) + 1;
+  return padded < span ? 0 : (padded - span) / l.stride + 1;
+}
+
+// Steps after layer `upto` (exclusive) for `steps` input steps; 1 once time
+// has collapsed; 0 if a conv's kernel exceeds its padded input.
+inline size_t steps_before(const ferry_model* m, uint32_t upto, size_t steps) {
+  for (uint32_t i = 0; i < upto && steps; ++i) {
+    const Layer& l = m->layers[i];
+    if (l.op == Op::kConv1d) steps = conv_output_steps(l, steps);
+    else if (op_collapses_time(l.op)) steps = 1;
+  }
+  return steps;
+}
+
+// The most steps any layer's activations hold for `steps` input steps.
+inline size_t max_steps(const ferry_model* m, size_t steps) {
+  size_t most = steps;
+  for (uint32_t i = 1; i <= m->num_layers; ++i) {
+    const size_t s = steps_before(m, i, steps);
+    if (s > most) most = s;
+  }
+  return most;
+}
+
+}  // namespace ferry

@@ -1,5 +1,7 @@
-// Denormals flushed for the duration of a call (ferry_run, ferry_step), the
-// caller's floating-point environment restored afterwards. A recurrence that
+// Denormals flushed for a call (ferry_run, ferry_step), as the session's
+// ferry_fp_mode says: FLUSH turns flushing on once per thread and leaves it
+// (a call then only reads the mode), RESTORE also restores the caller's mode
+// when the call returns, CALLER touches nothing. A recurrence that
 // decays towards zero otherwise spends most of its time in denormal
 // micro-code assists (x86: ~100 cycles per operation).
 //   x86-64  MXCSR.FTZ (bit 15: results) and MXCSR.DAZ (bit 6: inputs)
@@ -10,6 +12,8 @@
 
 #include <stdint.h>
 
+#include "ferry/ferry.h"
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <xmmintrin.h>
 #endif
@@ -18,7 +22,8 @@ namespace ferry {
 
 class FlushDenormals {
  public:
-  FlushDenormals() {
+  explicit FlushDenormals(ferry_fp_mode mode) {
+    if (mode == FERRY_FP_CALLER) return;
 #if defined(__x86_64__) || defined(__i386__)
     const uint32_t csr = _mm_getcsr();
     saved_ = csr;
@@ -37,6 +42,7 @@ class FlushDenormals {
     changed_ = !(fpscr & (1u << 24));
     if (changed_) __asm__ __volatile__("vmsr fpscr, %0" : : "r"(fpscr | (1u << 24)));
 #endif
+    if (mode != FERRY_FP_RESTORE) changed_ = false;  // FLUSH: leave it on
   }
   ~FlushDenormals() {
 #if defined(__x86_64__) || defined(__i386__)

@@ -35,7 +35,8 @@ static_assert(sizeof(CpuSession) <= kCpuControlBytes, "CpuSession outgrew its co
 // Byte offsets of a session's regions (0 = absent, except control and state).
 struct Regions {
   size_t control = 0, state = 0, act_a = 0, act_b = 0, scratch = 0, gates = 0, gates_rec = 0, h_new = 0,
-         h_proj = 0;
+         h_proj = 0, slots = 0, patches = 0, lone = 0, program = 0;
+  size_t slot_floats = 0;
   size_t xnn = 0, xnn_bytes = 0;
   size_t chunk_steps = 1;
 };
@@ -53,8 +54,9 @@ ferry_status plan_regions(const ferry_model* m, const SessionConfig& o, const Ke
   r->control = arena->reserve(kCpuControlBytes);
   r->state = arena->reserve_floats(B, m->state_floats);
   const size_t run_begin = arena->end();
-  r->act_a = arena->reserve_floats(o.max_seq, B, m->max_features);
-  r->act_b = arena->reserve_floats(o.max_seq, B, m->max_features);
+  const size_t steps = max_steps(m, o.max_seq);  // a Conv1d's padding may add steps
+  r->act_a = arena->reserve_floats(steps, B, m->max_features);
+  r->act_b = arena->reserve_floats(steps, B, m->max_features);
   if (c.any_per_sample) r->scratch = optional_region(arena, B, 2 * size_t{m->max_gate_rows} + m->max_hidden);
   if (c.any_panel_recurrent) {
     r->gates = optional_region(arena, B, r->chunk_steps, cols);
@@ -62,6 +64,15 @@ ferry_status plan_regions(const ferry_model* m, const SessionConfig& o, const Ke
     r->h_new = optional_region(arena, B, m->max_hidden);
     if (c.any_panel_projection) r->h_proj = optional_region(arena, B, m->max_h_out);
   }
+  if (m->num_slots) {
+    r->slot_floats = steps * B * m->max_features;  // cannot overflow: act_a has as many
+    r->slots = optional_region(arena, m->num_slots, r->slot_floats);
+  }
+  if (m->max_conv_patch) r->patches = optional_region(arena, kConvRows, m->max_conv_patch);
+  if (m->streamable && c.any_panel_recurrent) {
+    r->lone = arena->reserve(sizeof(LoneStep) * m->num_cells);  // <= 128 cells: no overflow
+  }
+  if (m->streamable) r->program = arena->reserve(sizeof(StepProgram) + sizeof(StepOp) * step_program_ops(m));
   if (arena->overflowed()) {
     return fail(FERRY_INVALID_ARGUMENT, "arena for max_batch %zu, max_seq %zu overflows size_t", o.max_batch,
                 o.max_seq);
@@ -121,6 +132,10 @@ ferry_status init(ferry_session* s, const SessionConfig& config, uint8_t* base) 
   cpu->gates_rec = region(r.gates_rec);
   cpu->h_new = region(r.h_new);
   cpu->h_proj = region(r.h_proj);
+  cpu->slots = region(r.slots);
+  cpu->patches = region(r.patches);
+  cpu->slot_floats = r.slot_floats;
+
   cpu->chunk_steps = r.chunk_steps;
   if (choice.any_xnnpack) {
     // The run buffers are free until the first run: XNNPACK's row-major
@@ -128,11 +143,27 @@ ferry_status init(ferry_session* s, const SessionConfig& config, uint8_t* base) 
     st = xnn_create_ops(s, choice, base + r.xnn, r.xnn_bytes, cpu->act[0]);
     if (st != FERRY_OK) return st;
   }
+  if (r.lone) {  // after XNNPACK's packing, whose scratch may overlay this region
+    cpu->lone = reinterpret_cast<LoneStep*>(base + r.lone);
+    prepare_lone_steps(s, choice);
+  }
+  if (r.program) {
+    cpu->program = reinterpret_cast<StepProgram*>(base + r.program);
+    if (!build_step_program(s, choice, cpu->program)) cpu->program = nullptr;
+  }
   memset(cpu->state, 0, s->max_batch * m->state_floats * sizeof(float));
   return FERRY_OK;
 }
 
 ferry_status run(ferry_session* s, const RunCall& call) { return execute(s, call); }
+
+ferry_status step(ferry_session* s, const RunCall& call) {
+  if (call.batch == 1 && cpu_of(s)->program) {
+    run_step_program(s, call.input, call.output);
+    return FERRY_OK;
+  }
+  return execute(s, call);
+}
 
 // Copies between the session's internal state (max_batch rows) and the
 // public packed layout (`batch` rows). to_user selects the direction.
@@ -140,8 +171,14 @@ void copy_state(const ferry_session* s, size_t batch, float* user, bool to_user)
   const ferry_model* m = s->model;
   for (uint32_t li = 0; li < m->num_layers; ++li) {
     const Layer& layer = m->layers[li];
-    if (!op_is_recurrent(layer.op)) continue;
+    if (!layer.state_floats) continue;
     float* u = user + layer.state_offset * batch;
+    if (!op_is_recurrent(layer.op)) {  // Conv1d history, pooling sums: one block per sample
+      float* internal = cpu_of(s)->state + layer.state_offset * s->max_batch;
+      if (to_user) memcpy(u, internal, batch * layer.state_floats * sizeof(float));
+      else memcpy(internal, u, batch * layer.state_floats * sizeof(float));
+      continue;
+    }
     const uint32_t cells = layer.num_layers * layer.dirs;
     for (int part = 0; part < (layer.op == Op::kLstm ? 2 : 1); ++part) {
       const uint32_t width = part == 0 ? layer.h_out : layer.hidden;
@@ -170,7 +207,7 @@ void state_reset(ferry_session* s) {
 }  // namespace
 
 const Backend kCpuBackend = {
-    "cpu", probe, plan, init, run, run, state_get, state_set, state_reset,
+    "cpu", probe, plan, init, run, step, state_get, state_set, state_reset,
 };
 
 }  // namespace cpu

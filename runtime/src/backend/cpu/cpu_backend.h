@@ -47,6 +47,9 @@ constexpr size_t kXnnpackMinRows = 32;
 // for the GEMM (and XNNPACK) to run at full speed; W_ih is re-read once per
 // chunk.
 constexpr size_t kChunkRows = 64;
+// Output rows (steps x batch) a Conv1d computes per GEMM call: its patches
+// (im2col rows) are gathered this many at a time.
+constexpr size_t kConvRows = 64;
 // Distinct kernel sets one session uses (per dtype: a SIMD set and the
 // reference; two dtypes at most in one model).
 constexpr uint32_t kMaxSessionKernelSets = 4;
@@ -81,6 +84,20 @@ size_t chunk_steps(size_t max_batch, size_t max_seq);
 // Floats of the widest panel-order gate row of any recurrent layer.
 uint32_t max_gate_cols(const ferry_model* m);
 
+// A lone step (ferry_step of one sample) through one cell of a kPanels
+// layer, laid out at init: only the input and the output row change per
+// call (recurrent.cpp).
+struct LoneStep {
+  const kernels::KernelSet* k;  // null: this cell takes the general path
+  int kind;                     // kernels::kind_index
+  uint32_t panels;              // of its hidden units
+  size_t tile, work;            // for a thread pool
+  float* h;                     // its hidden state (row 0)
+  kernels::StepArgs args;       // x and h_new are set per call
+};
+
+struct StepProgram;  // below
+
 // The CPU backend's control block, in the arena after the ferry_session
 // header.
 struct CpuSession {
@@ -96,6 +113,11 @@ struct CpuSession {
   float* gates_rec;  // GRU batched: [max_batch][max_gate_cols] recurrent parts
   float* h_new;      // [max_batch][max_hidden]: hidden after a step
   float* h_proj;     // [max_batch][max_h_out]: projected hidden (LSTM proj)
+  LoneStep* lone;    // [num_cells] when the model streams and a cell runs on a kPanels set, else null
+  StepProgram* program;  // ferry_step of one sample, when the model streams and every layer allows it
+  float* slots;      // residual slots (Save / Add): [num_slots][steps][max_batch][max_features]
+  float* patches;    // Conv1d: kConvRows rows of (in/groups)*kernel inputs
+  size_t slot_floats;  // floats of one slot
   size_t chunk_steps;
   // XNNPACK operators (in the arena), where the choice says so (else null).
   void* xnn_cell[kMaxCells];
@@ -122,11 +144,54 @@ inline float* state_c(const ferry_session* s, const Layer& layer, uint32_t c, si
 // The chain executor (executor.cpp): runs `call` through every layer.
 ferry_status execute(ferry_session* s, const RunCall& call);
 
+// The format 1.2 ops (ops.cpp). Buffers are time-major [steps][B][F].
+// A Conv1d from `in` (T steps) into `out` (conv_output_steps(T) steps); a
+// causal one reads and updates its state (the inputs before `in`).
+void conv1d(ferry_session* s, uint32_t layer_index, const float* in, float* out, size_t T, size_t B,
+            const int32_t* lengths);
+// Mean or max over each sample's valid steps, from and into its running
+// state: `in` [T][B][F] -> `out` [B][F].
+void pool(ferry_session* s, uint32_t layer_index, const float* in, float* out, size_t T, size_t B,
+          const int32_t* lengths);
+// Token ids (the model's layout) -> embedding rows, time-major, into `out`.
+void embed(const ferry_session* s, const int32_t* tokens, size_t T, size_t B, float* out);
+// The per-feature and parameterised activations: BatchNorm, LayerNorm,
+// PReLU, LeakyReLU, ELU, GELU, SiLU, Hardtanh, LogSoftmax, in place over
+// `rows` rows.
+void activation(const ferry_session* s, uint32_t layer_index, float* x, size_t rows);
+
 // The one recurrent loop (recurrent.cpp). Time-major [T][B][F] buffers; a
 // module ping-pongs between `in` and `out` and returns the buffer holding
 // its result.
 float* run_recurrent(ferry_session* s, uint32_t layer_index, float* in, float* out, size_t T, size_t B,
                      const int32_t* lengths);
+
+// Fills cpu->lone for every cell of a kPanels recurrent layer that a lone
+// step can run fused (recurrent.cpp).
+void prepare_lone_steps(ferry_session* s, const KernelChoice& choice);
+// One step of one sample through prepared cell `cell_index` of `layer`:
+// reads x [in], writes y [h_out] and the cell's state (recurrent.cpp).
+void lone_cell_step(ferry_session* s, const Layer& layer, uint32_t cell_index, const float* x, float* y);
+
+// The step program (step_program.cpp): ferry_step of one sample as a list
+// of ops laid out at init, from the caller's input to the caller's output,
+// with the kernels (and so the bits) of the general path.
+struct StepOp {
+  enum Kind : uint8_t { kCell, kProduce, kInPlace, kSave, kCopy } kind;
+  uint8_t src, dst;  // buffers: 0 the caller's input, 1 act[0], 2 act[1], 3 the caller's output
+  uint32_t layer;
+  uint32_t cell;     // kCell
+};
+struct StepProgram {
+  uint32_t count;
+  StepOp ops[1];     // `count` of them (the region is sized for them)
+};
+// Ops a program of `m` may take (its size), and the program itself, or
+// false when the model has a layer the program does not run (Embedding,
+// XNNPACK for one row, a cell without a lone step).
+size_t step_program_ops(const ferry_model* m);
+bool build_step_program(ferry_session* s, const KernelChoice& choice, StepProgram* program);
+void run_step_program(ferry_session* s, const float* input, float* output);
 
 // Matrix products (products.cpp), split over the session's threads by
 // output columns (or rows), never inside a sum.

@@ -11,6 +11,12 @@ namespace ferry {
 namespace cpu {
 namespace {
 
+// Layers that read their input buffer and write only the other one (a
+// recurrent module of one layer: more ping-pong through their input).
+bool reads_input_only(const Layer& l) {
+  return l.op == Op::kLinear || l.op == Op::kConv1d || (op_is_recurrent(l.op) && l.num_layers == 1);
+}
+
 void swap(float** a, float** b) {
   float* t = *a;
   *a = *b;
@@ -25,19 +31,35 @@ ferry_status execute(ferry_session* s, const RunCall& call) {
   const size_t B = call.batch, T = call.seq;
   const int32_t* lengths = call.lengths;
 
-  // Input to time-major [T][B][I].
+  // Input to time-major [T][B][I] (token ids: the embedding rows).
   const size_t I = m->input_size;
   float* cur = cpu->act[0];
   float* other = cpu->act[1];
-  if (m->batch_first && T > 1) {
+  uint32_t first = 0;
+  if (call.tokens) {
+    embed(s, call.tokens, T, B, cur);
+    first = 1;
+  } else if (m->channels_first && T > 1) {
+    for (size_t b = 0; b < B; ++b)
+      for (size_t f = 0; f < I; ++f)
+        for (size_t t = 0; t < T; ++t) cur[(t * B + b) * I + f] = call.input[(b * I + f) * T + t];
+  } else if (m->batch_first && T > 1) {
     for (size_t b = 0; b < B; ++b)
       for (size_t t = 0; t < T; ++t) memcpy(cur + (t * B + b) * I, call.input + (b * T + t) * I, I * sizeof(float));
+  } else if (T == 1 && reads_input_only(m->layers[0])) {
+    // One step is time-major already, and the first layer only reads it:
+    // it reads the caller's input where it lies (never written: `other`
+    // never becomes this pointer, see below).
+    cur = const_cast<float*>(call.input);
+    other = cpu->act[0];
   } else {
     memcpy(cur, call.input, T * B * I * sizeof(float));
   }
 
-  size_t steps = T;  // time steps in `cur`; 1 after `last`
-  for (uint32_t li = 0; li < m->num_layers; ++li) {
+  size_t steps = T;  // time steps in `cur`; 1 after `last` / pooling
+  const float* input = call.input;
+  for (uint32_t li = first; li < m->num_layers; ++li) {
+    if (other == input) other = cur == cpu->act[0] ? cpu->act[1] : cpu->act[0];
     const Layer& layer = m->layers[li];
     const kernels::KernelSet* k = cpu->kernels.layer(li);
     const size_t rows = steps * B;
@@ -69,7 +91,30 @@ ferry_status execute(ferry_session* s, const RunCall& call) {
       case Op::kSoftmax:
         for (size_t r = 0; r < rows; ++r) k->softmax(cur + r * layer.in, layer.in);
         break;
-      case Op::kIdentity: break;
+      case Op::kIdentity: case Op::kEmbedding: break;
+      case Op::kConv1d:
+        conv1d(s, li, cur, other, steps, B, lengths);
+        steps = conv_output_steps(layer, steps);
+        swap(&cur, &other);
+        break;
+      case Op::kMeanPool: case Op::kMaxPool:
+        pool(s, li, cur, other, steps, B, lengths);
+        steps = 1;
+        lengths = nullptr;
+        swap(&cur, &other);
+        break;
+      case Op::kSave:
+        memcpy(cpu->slots + layer.slot * cpu->slot_floats, cur, rows * layer.in * sizeof(float));
+        break;
+      case Op::kAdd: {
+        const float* saved = cpu->slots + layer.slot * cpu->slot_floats;
+        for (size_t i = 0; i < rows * layer.in; ++i) cur[i] += saved[i];
+        break;
+      }
+      case Op::kBatchNorm: case Op::kLayerNorm: case Op::kPRelu: case Op::kLeakyRelu: case Op::kElu:
+      case Op::kGelu: case Op::kSilu: case Op::kHardtanh: case Op::kLogSoftmax:
+        activation(s, li, cur, rows);
+        break;
     }
   }
 
@@ -80,7 +125,11 @@ ferry_status execute(ferry_session* s, const RunCall& call) {
       for (size_t t = static_cast<size_t>(lengths[b]); t < steps; ++t) memset(cur + (t * B + b) * F, 0, F * sizeof(float));
   }
   // Time-major [T][B][F] back to the model's layout.
-  if (m->output_is_sequence && m->batch_first && steps > 1) {
+  if (m->output_is_sequence && m->channels_first && steps > 1) {
+    for (size_t b = 0; b < B; ++b)
+      for (size_t f = 0; f < F; ++f)
+        for (size_t t = 0; t < steps; ++t) call.output[(b * F + f) * steps + t] = cur[(t * B + b) * F + f];
+  } else if (m->output_is_sequence && m->batch_first && steps > 1) {
     for (size_t b = 0; b < B; ++b)
       for (size_t t = 0; t < steps; ++t) memcpy(call.output + (b * steps + t) * F, cur + (t * B + b) * F, F * sizeof(float));
   } else {

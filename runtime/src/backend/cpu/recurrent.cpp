@@ -32,13 +32,16 @@ namespace {
 using kernels::KernelSet;
 
 // A state row's copy: inline for the short rows of streaming (no call into
-// libc's dispatch for 64 bytes), memcpy beyond.
+// libc's dispatch for 64 bytes: fixed-size blocks the compiler turns into
+// vector moves), memcpy beyond.
 inline void copy_floats(float* dst, const float* src, size_t n) {
   if (n > 64) {
     memcpy(dst, src, n * sizeof(float));
     return;
   }
-  for (size_t i = 0; i < n; ++i) dst[i] = src[i];
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) memcpy(dst + i, src + i, 8 * sizeof(float));
+  for (; i < n; ++i) dst[i] = src[i];
 }
 
 bool active(const int32_t* lengths, size_t b, size_t t) {
@@ -260,20 +263,96 @@ void panel_step(const CellRun& r, size_t t, size_t t_lo, bool fuse_input, bool f
   }
 }
 
+// A lone step (T == 1, B == 1) of a layer whose cells were prepared: per
+// cell, lone_cell_step; multi-layer modules ping-pong between the buffers.
+float* lone_step(ferry_session* s, const Layer& layer, float* in, float* out) {
+  for (uint32_t kl = 0; kl < layer.num_layers; ++kl) {
+    lone_cell_step(s, layer, layer.first_cell + kl, in, out);
+    if (kl + 1 < layer.num_layers) {
+      float* t = in;
+      in = out;
+      out = t;
+    }
+  }
+  return out;
+}
+
 }  // namespace
+
+void lone_cell_step(ferry_session* s, const Layer& layer, uint32_t cell_index, const float* x, float* y) {
+  CpuSession* cpu = cpu_of(s);
+  LoneStep& ls = cpu->lone[cell_index];  // a session runs one call at a time: its arguments are ours
+  const Cell& cell = s->model->cells[cell_index];
+  ls.args.x = x;
+  ls.args.h_new = cell.w_hr ? cpu->h_new : y;
+  if (cpu->threads == 1) {
+    ls.k->step[ls.kind](ls.args, 0, ls.panels);
+  } else {
+    StepTask st{ls.k, ls.kind, ls.args};
+    parallel_ranges(cpu->threadpool, ls.panels, ls.tile, ls.work, step_panels, &st);
+  }
+  if (cell.w_hr) {
+    const kernels::GemmArgs g{&cell.w_hr, cpu->h_new, layer.hidden, nullptr, nullptr, cpu->h_proj, layer.h_out,
+                              layer.h_out};
+    gemm(s, ls.k, g, 1, layout::panels_of(layer.h_out));
+    copy_floats(y, cpu->h_proj, layer.h_out);
+  }
+  copy_floats(ls.h, y, layer.h_out);
+}
+
+void prepare_lone_steps(ferry_session* s, const KernelChoice& choice) {
+  const ferry_model* m = s->model;
+  CpuSession* cpu = cpu_of(s);
+  for (uint32_t li = 0; li < m->num_layers; ++li) {
+    const Layer& layer = m->layers[li];
+    if (!op_is_recurrent(layer.op)) continue;
+    const KernelSet* k = choice.kernels.layer(li);
+    const bool panels = k->strategy == kernels::StepStrategy::kPanels;
+    const int kind = kernels::kind_index(cell_kind(layer.op));
+    const uint32_t cols = layout::gate_row_floats(layer.gates, layer.hidden);
+    const uint32_t n_panels = layout::panels_of(layer.hidden);
+    for (uint32_t c = 0; c < layer.num_layers * layer.dirs; ++c) {
+      const uint32_t ci = layer.first_cell + c;
+      const Cell& cell = m->cells[ci];
+      LoneStep& ls = cpu->lone[ci];
+      ls = LoneStep();
+      // The general path computes a lone step's input part on XNNPACK when
+      // the xnnpack backend chose it: that cell keeps the general path.
+      if (!panels || (choice.xnn_cell[ci] && choice.xnn_always)) continue;
+      ls.k = k;
+      ls.kind = kind;
+      ls.panels = n_panels;
+      ls.tile = cpu->threads > 1 ? panel_tile(cpu->threads, n_panels, k->step_group[kind]) : n_panels;
+      ls.work = size_t{cols} * layer.h_out + size_t{cols} * cell.in;
+      ls.h = state_h(s, layer, c, 0);
+      ls.args = kernels::StepArgs{&cell.w_ih,
+                                  nullptr,
+                                  nullptr,
+                                  cell.bias ? &cell.bias : nullptr,
+                                  &cell.w_hh,
+                                  ls.h,
+                                  cell.b_hn ? &cell.b_hn : nullptr,
+                                  layer.op == Op::kLstm ? state_c(s, layer, c, 0) : nullptr,
+                                  nullptr,
+                                  layer.hidden,
+                                  layer.op == Op::kRnnRelu};
+    }
+  }
+}
 
 float* run_recurrent(ferry_session* s, uint32_t layer_index, float* in, float* out, size_t T, size_t B,
                      const int32_t* lengths) {
   const ferry_model* m = s->model;
   CpuSession* cpu = cpu_of(s);
   const Layer& layer = m->layers[layer_index];
+  if (T == 1 && B == 1 && cpu->lone && cpu->lone[layer.first_cell].k) return lone_step(s, layer, in, out);
   const KernelSet* k = cpu->kernels.layer(layer_index);
   const bool panels = k->strategy == kernels::StepStrategy::kPanels;
   const size_t chunk = panels ? cpu->chunk_steps : T;
   const int kind = kernels::kind_index(cell_kind(layer.op));
   const uint32_t cols = layout::gate_row_floats(layer.gates, layer.hidden);
   const uint32_t n_panels = layout::panels_of(layer.hidden);
-  const size_t tile = panel_tile(cpu->threads, n_panels, k->step_group[kind]);
+  const size_t tile = cpu->threads > 1 ? panel_tile(cpu->threads, n_panels, k->step_group[kind]) : n_panels;
   for (uint32_t kl = 0; kl < layer.num_layers; ++kl) {
     const uint32_t in_w = kl == 0 ? layer.in : layer.out;
     for (uint32_t d = 0; d < layer.dirs; ++d) {

@@ -1,7 +1,8 @@
 // XNNPACK's operators for a CPU session (cpu_backend.h): sized by a dry run
 // at plan time, created at init in the arena from a row-major staging copy
 // of the Panel8 weights, and (auto) probed once for bit-identical results
-// against the layer's kernel set.
+// against the layer's kernel set. In a build without XNNPACK nothing here is
+// compiled: no layer can choose it (xnn::available() is false).
 #include <string.h>
 
 #include "backend/cpu/cpu_backend.h"
@@ -10,6 +11,9 @@
 
 namespace ferry {
 namespace cpu {
+
+#if defined(FERRY_HAVE_XNNPACK)
+
 namespace {
 
 // The XNNPACK matrices of a session in a fixed order: every chosen cell's
@@ -136,6 +140,19 @@ ferry_status xnn_create_ops(ferry_session* s, const KernelChoice& c, uint8_t* re
     return FERRY_OK;
   });
 }
+
+#else  // !FERRY_HAVE_XNNPACK
+
+ferry_status xnn_region_bytes(const ferry_model*, const KernelChoice&, size_t* bytes_out) {
+  *bytes_out = 0;
+  return FERRY_OK;
+}
+
+size_t xnn_temp_floats(const ferry_model*, const KernelChoice&) { return 0; }
+
+ferry_status xnn_create_ops(ferry_session*, const KernelChoice&, uint8_t*, size_t, float*) { return FERRY_OK; }
+
+#endif  // FERRY_HAVE_XNNPACK
 
 }  // namespace cpu
 }  // namespace ferry

@@ -312,8 +312,19 @@ ferry_status check_model(const ferry_model* m, const SessionConfig& config, cons
     return fail(FERRY_UNSUPPORTED, "backend cuda: max_batch %zu x max_seq %zu is beyond what the kernels index",
                 config.max_batch, config.max_seq);
   }
+  if (m->channels_first || m->input_is_tokens) {
+    return fail(FERRY_UNSUPPORTED, "backend cuda: %s input is not run by the CUDA kernels yet; use a CPU backend",
+                m->input_is_tokens ? "token-id" : "channels-first");
+  }
   for (uint32_t li = 0; li < m->num_layers; ++li) {
     const Layer& l = m->layers[li];
+    // The ops of format 1.0/1.1 only: the 1.2 ops (conv, norms, the newer
+    // activations, pooling, embedding, residual slots) run on the CPU backends.
+    if (l.op > Op::kIdentity) {
+      return fail(FERRY_UNSUPPORTED,
+                  "backend cuda: layers[%u] is a format 1.2 op (%u) the CUDA kernels do not run yet; use a CPU "
+                  "backend (reference, simd, xnnpack)", li, static_cast<unsigned>(l.op));
+    }
     if (!op_has_weights(l.op)) continue;
     if (l.dtype != DType::kF32) {
       return fail(FERRY_UNSUPPORTED, "backend cuda: layers[%u] stores weights of a type other than f32", li);

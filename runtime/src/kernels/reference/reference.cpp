@@ -123,6 +123,71 @@ void f32_softmax(float* x, size_t n) {
   for (size_t i = 0; i < n; ++i) x[i] *= inv;
 }
 
+void f32_leaky_relu(float* x, size_t n, float slope) {
+  for (size_t i = 0; i < n; ++i) x[i] = x[i] > 0.0f ? x[i] : x[i] * slope;
+}
+
+void f32_elu(float* x, size_t n, float alpha) {
+  for (size_t i = 0; i < n; ++i) x[i] = x[i] > 0.0f ? x[i] : alpha * expm1f(x[i]);
+}
+
+void f32_hardtanh(float* x, size_t n, float lo, float hi) {
+  for (size_t i = 0; i < n; ++i) x[i] = x[i] < lo ? lo : x[i] > hi ? hi : x[i];  // NaN stays NaN
+}
+
+void f32_silu(float* x, size_t n) {
+  for (size_t i = 0; i < n; ++i) x[i] = x[i] * sigmoid(x[i]);
+}
+
+void f32_gelu(float* x, size_t n) {
+  const float kInvSqrt2 = 0.70710678118654752f;
+  for (size_t i = 0; i < n; ++i) x[i] = 0.5f * x[i] * (1.0f + erff(x[i] * kInvSqrt2));
+}
+
+void f32_gelu_tanh(float* x, size_t n) {
+  const float kSqrt2OverPi = 0.79788456080286536f, kCubic = 0.044715f;
+  for (size_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    x[i] = 0.5f * v * (1.0f + tanhf(kSqrt2OverPi * (v + kCubic * v * v * v)));
+  }
+}
+
+void f32_prelu(float* x, size_t rows, size_t n, const float* w, size_t w_count) {
+  for (size_t r = 0; r < rows; ++r, x += n) {
+    for (size_t i = 0; i < n; ++i) x[i] = x[i] > 0.0f ? x[i] : w[w_count == 1 ? 0 : i] * x[i];
+  }
+}
+
+void f32_scale_shift(float* x, size_t rows, size_t n, const float* scale, const float* shift) {
+  for (size_t r = 0; r < rows; ++r, x += n) {
+    for (size_t i = 0; i < n; ++i) x[i] = x[i] * scale[i] + shift[i];
+  }
+}
+
+// Mean, then the mean of squared deviations (the biased variance PyTorch's
+// layer_norm uses), both summed in order.
+void f32_layer_norm(float* x, size_t n, const float* weight, const float* bias, float eps) {
+  float sum = 0.0f;
+  for (size_t i = 0; i < n; ++i) sum += x[i];
+  const float mean = sum / static_cast<float>(n);
+  float sq = 0.0f;
+  for (size_t i = 0; i < n; ++i) sq += (x[i] - mean) * (x[i] - mean);
+  const float inv = 1.0f / sqrtf(sq / static_cast<float>(n) + eps);
+  for (size_t i = 0; i < n; ++i) {
+    const float v = (x[i] - mean) * inv;
+    x[i] = (weight ? v * weight[i] : v) + (bias ? bias[i] : 0.0f);
+  }
+}
+
+void f32_log_softmax(float* x, size_t n) {
+  float m = x[0];
+  for (size_t i = 1; i < n; ++i) m = x[i] > m ? x[i] : m;
+  float sum = 0.0f;
+  for (size_t i = 0; i < n; ++i) sum += expf(x[i] - m);
+  const float lse = m + logf(sum);
+  for (size_t i = 0; i < n; ++i) x[i] -= lse;
+}
+
 }  // namespace ref
 
 namespace kernels {
@@ -166,6 +231,16 @@ const KernelSet kF32Reference = {
     ref::f32_sigmoid,
     ref::f32_relu,
     ref::f32_softmax,
+    ref::f32_leaky_relu,
+    ref::f32_elu,
+    ref::f32_hardtanh,
+    ref::f32_silu,
+    ref::f32_gelu,
+    ref::f32_gelu_tanh,
+    ref::f32_prelu,
+    ref::f32_scale_shift,
+    ref::f32_layer_norm,
+    ref::f32_log_softmax,
     {nullptr, nullptr, nullptr},
     {nullptr, nullptr, nullptr},
     {ref::f32_lstm_step, ref::f32_gru_step, ref::f32_rnn_step},

@@ -32,6 +32,17 @@ void f32_tanh(float* x, size_t n);
 void f32_sigmoid(float* x, size_t n);
 // Softmax of one row of `n` floats, max-subtracted.
 void f32_softmax(float* x, size_t n);
+// The format 1.2 element-wise and per-row ops (kernels::KernelSet).
+void f32_leaky_relu(float* x, size_t n, float slope);
+void f32_elu(float* x, size_t n, float alpha);
+void f32_hardtanh(float* x, size_t n, float lo, float hi);
+void f32_silu(float* x, size_t n);
+void f32_gelu(float* x, size_t n);
+void f32_gelu_tanh(float* x, size_t n);
+void f32_prelu(float* x, size_t rows, size_t n, const float* w, size_t w_count);
+void f32_scale_shift(float* x, size_t rows, size_t n, const float* scale, const float* shift);
+void f32_layer_norm(float* x, size_t n, const float* weight, const float* bias, float eps);
+void f32_log_softmax(float* x, size_t n);
 
 }  // namespace ref
 

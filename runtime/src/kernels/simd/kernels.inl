@@ -280,3 +280,78 @@ static Vec vrelu_fn(Vec x) { return vrelu(x); }
 void tanh_inplace(float* x, size_t n) { map_inplace<vtanh_fn>(x, n); }
 void sigmoid_inplace(float* x, size_t n) { map_inplace<vsigmoid_fn>(x, n); }
 void relu_inplace(float* x, size_t n) { map_inplace<vrelu_fn>(x, n); }
+
+// Format 1.2 element-wise ops, each lane independent (so any split into
+// calls gives the same bits).
+
+FERRY_VEC_INLINE Vec vsilu(Vec x) { return vmul(x, vsigmoid(x)); }
+
+FERRY_VEC_INLINE Vec vgelu_tanh(Vec x) {
+  const Vec inner = vmul(vset1(0.79788456080286536f), vfma(vmul(vset1(0.044715f), vmul(x, x)), x, x));
+  return vmul(vmul(vset1(0.5f), x), vadd(vset1(1.0f), vtanh(inner)));
+}
+
+static Vec vsilu_fn(Vec x) { return vsilu(x); }
+static Vec vgelu_tanh_fn(Vec x) { return vgelu_tanh(x); }
+
+void silu_inplace(float* x, size_t n) { map_inplace<vsilu_fn>(x, n); }
+void gelu_tanh_inplace(float* x, size_t n) { map_inplace<vgelu_tanh_fn>(x, n); }
+
+// F(x, parameters) over n floats, 8 at a time then the tail.
+template <typename F>
+FERRY_VEC_INLINE void map_with(float* x, size_t n, F f) {
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) vstore(x + i, f(vload(x + i)));
+  if (i < n) {
+    const uint32_t left = static_cast<uint32_t>(n - i);
+    vstore_partial(x + i, f(vload_partial(x + i, left)), left);
+  }
+}
+
+void leaky_relu_inplace(float* x, size_t n, float slope) {
+  const Vec s = vset1(slope);
+  map_with(x, n, [s](Vec v) { return vselect_positive(v, v, vmul(v, s)); });
+}
+
+void elu_inplace(float* x, size_t n, float alpha) {
+  const Vec a = vset1(alpha);
+  map_with(x, n, [a](Vec v) { return vselect_positive(v, v, vmul(a, vsub(vexp_nonpositive(v), vset1(1.0f)))); });
+}
+
+void hardtanh_inplace(float* x, size_t n, float lo, float hi) {
+  const Vec l = vset1(lo), h = vset1(hi);
+  map_with(x, n, [l, h](Vec v) { return vmin(h, vmax(l, v)); });  // constants first: NaN stays NaN
+}
+
+void prelu_rows(float* x, size_t rows, size_t n, const float* w, size_t w_count) {
+  for (size_t r = 0; r < rows; ++r, x += n) {
+    if (w_count == 1) {
+      leaky_relu_inplace(x, n, w[0]);
+      continue;
+    }
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+      const Vec v = vload(x + i);
+      vstore(x + i, vselect_positive(v, v, vmul(vload(w + i), v)));
+    }
+    if (i < n) {
+      const uint32_t left = static_cast<uint32_t>(n - i);
+      const Vec v = vload_partial(x + i, left);
+      vstore_partial(x + i, vselect_positive(v, v, vmul(vload_partial(w + i, left), v)), left);
+    }
+  }
+}
+
+// x * scale + shift, one rounding each (as the reference: no fused multiply-add).
+void scale_shift_rows(float* x, size_t rows, size_t n, const float* scale, const float* shift) {
+  for (size_t r = 0; r < rows; ++r, x += n) {
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) vstore(x + i, vadd(vmul(vload(x + i), vload(scale + i)), vload(shift + i)));
+    if (i < n) {
+      const uint32_t left = static_cast<uint32_t>(n - i);
+      vstore_partial(x + i, vadd(vmul(vload_partial(x + i, left), vload_partial(scale + i, left)),
+                                 vload_partial(shift + i, left)),
+                     left);
+    }
+  }
+}

@@ -46,14 +46,14 @@ FERRY_VEC_INLINE void vstore_lanes(float* p, Vec v, uint32_t n) {
 // Measured over [-30, 30] in steps of 1.5e-6: |sigmoid error| <= 1.8e-7,
 // |tanh error| <= 3.5e-7 (tests/unit/test_backends checks <= 1e-6). NaN in
 // gives NaN out (the clamps keep NaN, see vmax/vmin).
-FERRY_VEC_INLINE Vec vsigmoid(Vec x) {
+// exp(z) for z already clamped to [-87, 87] (so that 2^n stays normal).
+FERRY_VEC_INLINE Vec vexp_clamped(Vec z) {
   const float kLog2e = 1.44269502162933349609375f;
   // 1.5 * 2^23 + 127: adding it rounds z * log2(e) to an integer n and
   // leaves n + 127 (the biased exponent of 2^n) in the low mantissa bits.
   const float kMagic = 12583039.0f;
   const float kLn2Hi = 0.693145751953125f;
   const float kLn2Lo = 1.428606765330187e-06f;
-  const Vec z = vmin(vset1(87.0f), vmax(vset1(-87.0f), vneg(x)));
   const Vec nb = vfma(z, vset1(kLog2e), vset1(kMagic));
   const Vec s = vexp2_from_magic(nb);  // 2^n, n in [-126, 126]
   const Vec n = vsub(nb, vset1(kMagic));
@@ -63,9 +63,18 @@ FERRY_VEC_INLINE Vec vsigmoid(Vec x) {
   p = vfma(p, r, vset1(0.1666763573884964f));
   p = vfma(p, r, vset1(0.4999915063381195f));
   p = vfma(p, r, vset1(0.9999997019767761f));
-  const Vec e = vfma(vmul(s, r), p, s);  // 2^n * (1 + r p(r)) = exp(-x)
+  return vfma(vmul(s, r), p, s);  // 2^n * (1 + r p(r))
+}
+
+FERRY_VEC_INLINE Vec vsigmoid(Vec x) {
+  const Vec z = vmin(vset1(87.0f), vmax(vset1(-87.0f), vneg(x)));
+  const Vec e = vexp_clamped(z);  // exp(-x)
   return vrecip(vadd(e, vset1(1.0f)));
 }
+
+// exp(x) for x <= 0 (ELU's negative branch); below -87 it is 2^-126-ish
+// rather than 0, far below what any output resolves.
+FERRY_VEC_INLINE Vec vexp_nonpositive(Vec x) { return vexp_clamped(vmax(vset1(-87.0f), x)); }
 
 // tanh(x) = 2 sigmoid(2x) - 1.
 FERRY_VEC_INLINE Vec vtanh(Vec x) { return vfma(vset1(2.0f), vsigmoid(vadd(x, x)), vset1(-1.0f)); }

@@ -3,8 +3,9 @@
 // (FERRY_KERNEL_SET_NAME) and may replace the GEMM and the LSTM step with
 // wider ones (FERRY_SET_GEMM, FERRY_SET_LSTM_STEP and its panel group
 // FERRY_SET_LSTM_GROUP: avx512.cpp); every other entry is the entry point of
-// that name visible in the namespace (entry_points.inl). Softmax is the
-// reference kernel's on every set (one row at a time, libm's exp).
+// that name visible in the namespace (entry_points.inl). Softmax,
+// log-softmax, LayerNorm and GELU's erf form are the reference kernels on
+// every set (per row or libm-bound, rarely the cost of a model).
 
 #ifndef FERRY_SET_GEMM
 #define FERRY_SET_GEMM gemm_panel8
@@ -27,6 +28,16 @@ const KernelSet f32_kernel_set = {
     sigmoid_inplace,
     relu_inplace,
     ref::f32_softmax,
+    leaky_relu_inplace,
+    elu_inplace,
+    hardtanh_inplace,
+    silu_inplace,
+    ref::f32_gelu,  // erf: the reference kernel (libm's erff)
+    gelu_tanh_inplace,
+    prelu_rows,
+    scale_shift_rows,
+    ref::f32_layer_norm,  // one row at a time, sums in order: the reference kernel
+    ref::f32_log_softmax,
     {FERRY_SET_LSTM_STEP, gru_step, rnn_step},
     {lstm_update, gru_update, rnn_update},
     {nullptr, nullptr, nullptr},

@@ -39,3 +39,8 @@ FERRY_VEC_INLINE Vec vrecip(Vec d) {
   const __m256 e = _mm256_fnmadd_ps(d.v, r, _mm256_set1_ps(1.0f));  // 1 - d*r
   return {_mm256_fmadd_ps(e, r, r)};
 }
+// Lanes where x > 0 (false for NaN) take a, the others b.
+FERRY_VEC_INLINE Vec vselect_positive(Vec x, Vec a, Vec b) {
+  const __m256 positive = _mm256_cmp_ps(x.v, _mm256_setzero_ps(), _CMP_GT_OQ);
+  return {_mm256_blendv_ps(b.v, a.v, positive)};
+}

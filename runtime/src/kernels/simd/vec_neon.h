@@ -49,3 +49,8 @@ FERRY_VEC_INLINE float32x4_t recip4(float32x4_t d) {
   return vmulq_f32(r, vrecpsq_f32(d, r));
 }
 FERRY_VEC_INLINE Vec vrecip(Vec d) { return {recip4(d.lo), recip4(d.hi)}; }
+// Lanes where x > 0 (false for NaN) take a, the others b.
+FERRY_VEC_INLINE Vec vselect_positive(Vec x, Vec a, Vec b) {
+  const float32x4_t zero = vdupq_n_f32(0.0f);
+  return {vbslq_f32(vcgtq_f32(x.lo, zero), a.lo, b.lo), vbslq_f32(vcgtq_f32(x.hi, zero), a.hi, b.hi)};
+}

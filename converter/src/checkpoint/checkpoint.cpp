@@ -1,0 +1,79 @@
+// Checkpoint reading: detect_format() tells the container from the first
+// bytes (PYTORCH_FORMAT.md §0), then one reader turns the file into the
+// Checkpoint. This dispatcher is the only file that knows every reader.
+#include "checkpoint/checkpoint.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "checkpoint/legacy.h"
+#include "checkpoint/safetensors.h"
+#include "checkpoint/torchscript.h"
+#include "checkpoint/zip_checkpoint.h"
+#include "error.h"
+#include "io/zip_reader.h"
+
+namespace ferry::conv {
+namespace {
+
+using namespace detail;
+
+enum class Format { Empty, Zip, LegacyPickle, OtherPickle, Tar, Safetensors, Preview2018, Unknown };
+
+Format detect_format(const uint8_t* d, size_t n) {
+  if (n == 0) return Format::Empty;
+  if (ZipReader::has_zip_signature(d, n)) return Format::Zip;
+  if (n >= 262 && std::memcmp(d + 257, "ustar", 5) == 0) return Format::Tar;
+  if (n >= 8 && std::memcmp(d, "PYTORCH1", 8) == 0) return Format::Preview2018;
+  if (n >= 2 && d[0] == 0x80 && d[1] >= 2 && d[1] <= 5) {
+    // The legacy stream opens with LONG1 of the 10-byte magic number
+    // 0x1950a86a20f9469cfc6c, after PROTO and (protocol 4+) a FRAME.
+    static const uint8_t kMagic[] = {0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19};
+    size_t at = 2;
+    if (n >= 11 && d[2] == 0x95) at = 11;
+    if (n >= at + sizeof kMagic && std::memcmp(d + at, kMagic, sizeof kMagic) == 0) return Format::LegacyPickle;
+    return Format::OtherPickle;
+  }
+  // safetensors: u64 header length, then the JSON object. Its limits are
+  // checked by the reader, which names them; here only the shape counts.
+  if (n >= 9 && d[8] == '{') return Format::Safetensors;
+  return Format::Unknown;
+}
+
+}  // namespace
+
+Checkpoint load_checkpoint(const MappedFile& file, const LoadOptions& options) {
+  const std::string& path = file.path();
+  const uint8_t* d = file.data();
+  const size_t n = file.size();
+  switch (detect_format(d, n)) {
+    case Format::Zip: {
+      const ZipReader zip(file.data(), file.size(), path);
+      return is_torchscript(zip) ? read_torchscript(zip, path, options) : read_zip_checkpoint(zip, path, options);
+    }
+    case Format::LegacyPickle:
+      return read_legacy(file, options);
+    case Format::Safetensors:
+      return read_safetensors(file, options);
+    case Format::Empty:
+      throw Error(path + ": empty file");
+    case Format::OtherPickle:
+      throw Error(path + ": a Python pickle without the PyTorch magic number: not a torch.save checkpoint");
+    case Format::Tar:
+      throw Error(path + ": the pre-0.3 PyTorch tar format is not supported");
+    case Format::Preview2018:
+      throw Error(path + ": the 2018 'PYTORCH1' preview format is not supported (PyTorch itself refuses it)");
+    case Format::Unknown:
+      break;
+  }
+  std::string head;
+  for (size_t i = 0; i < std::min<size_t>(n, 8); ++i) {
+    static const char* digits = "0123456789abcdef";
+    if (i) head += ' ';
+    head += digits[d[i] >> 4];
+    head += digits[d[i] & 15];
+  }
+  throw Error(path + ": not a PyTorch checkpoint (unrecognized header " + head + ")");
+}
+
+}  // namespace ferry::conv

@@ -1,0 +1,60 @@
+// Checkpoint reading: turns a PyTorch file (any form listed in DESIGN.md) into
+// an ordered list of named tensors that view the mapped file's bytes, plus
+// whatever hyper-parameters the file records. Nothing in the file is executed:
+// see pickle.h.
+//
+// load_checkpoint() detects the container from the bytes and hands the file
+// to one reader (zip_checkpoint.h, legacy.h, torchscript.h, safetensors.h);
+// the readers share their internals through reader_internal.h and never call
+// one another.
+#pragma once
+
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "checkpoint/tensor_ref.h"
+#include "io/mapped_file.h"
+
+namespace ferry::conv {
+
+struct Checkpoint {
+  // The detected form, shown by inspect and recorded as provenance:
+  // "zip state_dict", "zip training checkpoint (key 'model_state_dict')",
+  // "zip whole module (__main__.Net)", "legacy (pre-1.6) state_dict",
+  // "TorchScript archive (__torch__.Net)", "safetensors", ...
+  std::string form;
+  std::vector<TensorRef> tensors;   // state-dict order
+  // Entries that are not model tensors, with why (optimizer state, ...).
+  // Entries beside the selected state dict of a training checkpoint are
+  // named by their dotted path from the top ("optimizer_state_dict.state.0.
+  // exp_avg", "epoch"), so they cannot collide with a model tensor's name.
+  std::vector<std::pair<std::string, std::string>> ignored;
+  // Hyper-parameters the file records, keyed "module.path.attr" with wrapper
+  // prefixes (module., _orig_mod.) stripped, e.g. "lstm.batch_first" ->
+  // "true", "rnn.nonlinearity" -> "relu", "lstm.proj_size" -> "0"; a
+  // root module's own attributes have no path ("batch_first"). Whole pickled
+  // modules and TorchScript archives record them; safetensors records its
+  // __metadata__ as "__metadata__.<key>". Empty for a bare state dict.
+  std::map<std::string, std::string> attributes;
+};
+
+// The key of hyper-parameter `name` of the module at `module_path` ("" for
+// the root) in Checkpoint::attributes: "lstm.batch_first", wrapper prefixes
+// (module., _orig_mod.) stripped.
+std::string attribute_key(const std::string& module_path, const std::string& name);
+
+struct LoadOptions {
+  std::string key;                  // --key: which entry of a checkpoint dict
+};
+
+// Reads the checkpoint in `file`, whichever container the bytes show (never
+// the extension): a torch.save zip (bare state dict, training checkpoint
+// dict, whole pickled module), the legacy pre-1.6 pickle stream (same
+// shapes), a TorchScript archive, or safetensors. Throws Error with a precise
+// message (file name, record, tensor, byte offset) on anything malformed or
+// unsupported.
+Checkpoint load_checkpoint(const MappedFile& file, const LoadOptions& options = {});
+
+}  // namespace ferry::conv

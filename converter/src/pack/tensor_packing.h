@@ -1,0 +1,42 @@
+// Packing: a planned tensor → the elements the model file stores, in the
+// layout the kernels read (schema/ferry.fbs, TensorLayout).
+//
+// Every weight and bias a layer reads is stored Panel8: the layout the SIMD
+// kernels stream, which the reference kernels read too, so the file holds one
+// copy of each weight (for firmware, flash is the budget). Tensors no layer
+// reads stay RowMajor. G, the padding to whole panels and each element's
+// index come from runtime/src/shared/weight_layout.h, the definition the
+// runtime reads the file with; G follows from the role a tensor plays in its
+// layer (the cell's w_ih, w_hh and bias have the module's gates, every other
+// tensor one).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "plan/model_plan.h"
+
+namespace ferry::conv {
+
+struct StoredForm {
+  bool panel8 = false;   // Panel8, else RowMajor
+  uint32_t gates = 1;    // G (Panel8)
+  uint64_t elements = 0; // stored: the logical count, or padded to whole panels
+};
+
+// The stored form of each of plan.tensors, from the roles the layers give
+// them. Throws Error("internal: ...") for a plan that is not self-consistent
+// (an index out of range, a tensor used with two gate counts, a shape that
+// does not split into its gates).
+std::vector<StoredForm> stored_forms(const ModelPlan& plan);
+
+// Receives packed elements, in stored order.
+using PackSink = std::function<void(const float* data, uint64_t count)>;
+
+// Produces tensor `t` in its stored form, in order, in pieces of about
+// 4 MiB handed to `sink` (reading `t.fill` by ranges: the tensor is never
+// whole in memory). `scratch` is reused between calls.
+void pack_tensor(const TensorPlan& t, const StoredForm& form, std::vector<float>& scratch, const PackSink& sink);
+
+}  // namespace ferry::conv

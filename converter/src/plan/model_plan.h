@@ -1,0 +1,93 @@
+// The ModelPlan: everything a model file will hold, decided before a byte is
+// written. The planner (planner.h) makes it from a checkpoint; tests build
+// small ones by hand; the writer (writer/model_writer.h) turns it into the
+// file.
+//
+// Tensors are not values but recipes: each TensorPlan produces its float32
+// elements on demand, by range, straight into the output, so a large model is
+// never held twice in memory. Layers refer to tensors by index.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "dtype.h"
+
+namespace ferry::conv {
+
+// A tensor of the model, in PyTorch's logical shape and C order.
+struct TensorPlan {
+  std::string name;             // e.g. "lstm.l0.w_ih" (for humans and inspect)
+  std::vector<uint32_t> shape;
+  // The dtype it is stored in. Only F32 exists today; quantization will set
+  // F16 or I8 here (`fill` still produces the float32 values).
+  DType dtype = DType::F32;
+  // Writes elements [begin, begin + count) of the C-order tensor to dst.
+  std::function<void(float* dst, uint64_t begin, uint64_t count)> fill;
+  // When >= 0: the tensor's bytes are exactly the source file's bytes at this
+  // offset (contiguous little-endian float32), which the writer may copy
+  // file to file in the kernel instead of calling `fill`.
+  int64_t source_offset = -1;
+
+  uint64_t numel() const;  // throws Error when the shape overflows
+};
+
+// The tensors of one recurrent cell (one layer, one direction), as TensorPlan
+// indices; -1 where the cell has none.
+struct CellPlan {
+  int w_ih = -1, w_hh = -1, bias = -1, b_hn = -1, w_hr = -1;
+};
+
+enum class LayerOp { LSTM, GRU, RNN_TANH, RNN_RELU, Linear, Last, ReLU, Tanh, Sigmoid, Softmax, Identity };
+
+// One element of the chain.
+struct LayerPlan {
+  LayerOp op = LayerOp::Identity;
+  std::string name;
+  uint32_t input_size = 0, output_size = 0;
+  uint32_t hidden_size = 0, proj_size = 0, num_layers = 0;  // recurrent
+  bool bidirectional = false;
+  std::vector<CellPlan> cells;  // index k * D + d
+  int weight = -1, bias = -1;   // Linear
+};
+
+// Provenance: where a state-dict entry went.
+struct MappingRow {
+  std::string source_key;
+  int layer = -1;       // -1 = ignored
+  std::string role;     // or the reason it was ignored
+};
+
+// Golden vectors stored in the file for `ferry selftest` (selftest_plan.h):
+// an input in the model's layout and the output it must give. The writer
+// fills `output` and `tolerance` from a reference run of the written model.
+struct SelfTestPlan {
+  uint32_t batch = 0, seq = 0;  // batch 0: no vectors
+  std::vector<float> input;
+  std::vector<float> output;    // sized by the plan, zeros until written
+  float tolerance = 0;          // placeholder until written
+  // The stored tolerance is relative_tolerance * max(1, max |output|).
+  float relative_tolerance = 0;
+};
+
+struct ModelPlan {
+  std::vector<LayerPlan> layers;
+  std::vector<TensorPlan> tensors;
+  // I/O.
+  bool batch_first = false;
+  uint32_t input_size = 0;
+  uint32_t output_size = 0;
+  bool output_is_sequence = false;
+  // Provenance.
+  std::string source_file, source_sha256, source_format, converter_version;
+  // If set, the writer calls it for source_sha256 once the weights are
+  // written, so hashing a large source runs beside the conversion; it must
+  // return a SHA-256 in hex (64 characters: the room the writer reserves).
+  std::function<std::string()> source_sha256_async;
+  std::vector<MappingRow> mapping;
+  SelfTestPlan selftest;  // written when batch > 0
+};
+
+}  // namespace ferry::conv

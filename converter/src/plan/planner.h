@@ -1,0 +1,41 @@
+// The planner: a checkpoint's modules and the layer chain (--graph, or
+// inferred) → the ModelPlan. It decides the chain, batch_first, each layer's
+// tensors (copied from the checkpoint, or computed: folded biases, per
+// mapping/pytorch_rules.h) and the provenance mapping, in which every tensor
+// of the checkpoint is either used or listed as ignored with its reason.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "checkpoint/checkpoint.h"
+#include "io/mapped_file.h"
+#include "mapping/modules.h"
+#include "plan/model_plan.h"
+
+namespace ferry::conv {
+
+struct PlanOptions {
+  std::optional<std::string> graph;      // --graph; inferred when absent
+  std::optional<bool> batch_first;       // --batch-first; else the file's record; else false
+};
+
+struct PlanResult {
+  ModelPlan plan;                  // provenance fields other than the mapping left empty
+  std::string graph;               // the chain used, in --graph syntax
+  bool graph_inferred = false;
+  std::string batch_first_source;  // "--batch-first", "recorded in the file", "PyTorch default ..."
+  std::vector<std::string> notes;  // things the user should know (assumptions)
+};
+
+// Builds the plan. `checkpoint` and `modules` must outlive the plan's fills.
+// With `source` (the mapping `checkpoint` views) given, plain float32 tensors
+// get their source_offset, and each tensor's bytes in that mapping are
+// released from this process's resident set once converted (io/page_release.h),
+// so converting a large file costs about the output's size in memory.
+// Throws Error naming the --graph element, module or tensor at fault.
+PlanResult plan_conversion(const Checkpoint& checkpoint, const ModuleSet& modules, const PlanOptions& options,
+                           const MappedFile* source = nullptr);
+
+}  // namespace ferry::conv

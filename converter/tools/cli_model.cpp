@@ -1,0 +1,71 @@
+#include "cli_model.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "args.h"
+#include "error.h"
+
+namespace ferry::cli {
+
+using conv::Error;
+
+LoadedModel::LoadedModel(const std::string& path) : file(path) {
+  if (ferry_model_load(file.data(), file.size(), nullptr, &model) != FERRY_OK) {
+    throw Error("'" + path + "': " + ferry_last_error());
+  }
+}
+
+LoadedModel::~LoadedModel() { ferry_model_free(model); }
+
+void check(ferry_status st, const std::string& what) {
+  if (st != FERRY_OK) throw Error(what + ": " + ferry_last_error());
+}
+
+ferry_backend parse_backend(const std::string& name) {
+  ferry_backend backend = FERRY_BACKEND_AUTO;
+  if (ferry_backend_from_name(name.c_str(), &backend) == FERRY_OK) return backend;
+  // "auto, reference, simd, xnnpack or cuda": the runtime's names, in enum order.
+  std::vector<std::string> names;
+  for (int b = 0; std::strcmp(ferry_backend_name(static_cast<ferry_backend>(b)), "unknown") != 0; ++b)
+    names.push_back(ferry_backend_name(static_cast<ferry_backend>(b)));
+  std::string expected;
+  for (size_t i = 0; i < names.size(); ++i) expected += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
+  throw UsageError("--backend '" + name + "': expected " + expected);
+}
+
+ThreadPool::ThreadPool(const std::optional<std::string>& text) {
+  if (!text) return;
+  char* end = nullptr;
+  const long n = std::strtol(text->c_str(), &end, 10);
+  if (text->empty() || *end != '\0' || n < 1 || n > 1024) {
+    throw UsageError("--threads '" + *text + "': expected a number of threads >= 1");
+  }
+  threads = static_cast<size_t>(n);
+  if (threads == 1) return;
+  pool = ferry_threadpool_create(threads);
+  if (!pool) throw Error("--threads " + *text + ": this ferry was built without pthreadpool");
+}
+
+ThreadPool::~ThreadPool() { ferry_threadpool_destroy(pool); }
+
+CliSession::CliSession(const ferry_model* model, size_t batch, size_t seq, ferry_backend backend, void* threadpool) {
+  ferry_session_options opt;
+  ferry_session_options_init(&opt);
+  opt.max_batch = batch;
+  opt.max_seq = seq;
+  opt.backend = backend;
+  opt.threadpool = threadpool;
+  check(ferry_session_arena_size(model, &opt, &arena_bytes), "arena size");
+  arena = std::aligned_alloc(FERRY_ALIGNMENT, (arena_bytes + FERRY_ALIGNMENT - 1) / FERRY_ALIGNMENT * FERRY_ALIGNMENT);
+  if (!arena) throw Error("cannot allocate a " + std::to_string(arena_bytes) + "-byte arena");
+  if (ferry_session_init(model, &opt, arena, arena_bytes, &session) != FERRY_OK) {
+    std::free(arena);
+    throw Error(std::string("session: ") + ferry_last_error());
+  }
+}
+
+CliSession::~CliSession() { std::free(arena); }
+
+}  // namespace ferry::cli
