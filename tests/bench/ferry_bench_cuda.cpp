@@ -44,8 +44,8 @@
 #include <vector>
 
 #include "ferry/ferry.h"
-#include "model_writer.h"
-#include "npy.h"
+#include "writer/model_writer.h"
+#include "io/npy.h"
 
 #if defined(FERRY_BENCH_WITH_LIBTORCH)
 #include <torch/torch.h>

@@ -9,7 +9,7 @@
 #include <string>
 
 #include "cli_runner.h"
-#include "npy.h"
+#include "io/npy.h"
 
 namespace {
 

@@ -317,7 +317,7 @@ class EmulatedSession {
     size_t n = 0;
     ferry_output_floats(model_, batch, seq, &n);
     out->assign(n, -7.0f);
-    const ferry::RunCall call{input.data(), batch, seq, lengths.empty() ? nullptr : lengths.data(), out->data()};
+    const ferry::RunCall call{input.data(), nullptr, batch, seq, lengths.empty() ? nullptr : lengths.data(), out->data(), seq};
     return fc::execute(x_, kEmulatedOps, &emu_, call);
   }
   std::vector<float> state(size_t batch) {
