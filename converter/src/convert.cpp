@@ -12,7 +12,9 @@
 #include "error.h"
 #include "io/mapped_file.h"
 #include "io/sha256.h"
+#include "mapping/graph.h"
 #include "mapping/modules.h"
+#include "mapping/script_chain.h"
 #include "plan/planner.h"
 #include "plan/selftest_plan.h"
 
@@ -49,7 +51,22 @@ ConvertResult convert(const ConvertRequest& request) {
   const ModuleSet modules = group_modules(checkpoint);
   PlanOptions plan_options;
   plan_options.graph = request.graph;
+  if (!request.graph && !checkpoint.script_forward.empty()) {
+    // TorchScript: the chain its forward code reads as, else the state-dict
+    // inference below, whose error suggests a --graph.
+    try {
+      plan_options.inferred_graph = script_chain(checkpoint, modules);
+    } catch (const Error& e) {
+      try {
+        infer_graph(modules);
+      } catch (const Error& suggestion) {
+        throw Error(std::string("cannot read the layer chain from the TorchScript forward code (") + e.what() +
+                    "); " + suggestion.what());
+      }
+    }
+  }
   plan_options.batch_first = request.batch_first;
+  plan_options.layout = request.layout;
   PlanResult planned = plan_conversion(checkpoint, modules, plan_options, &file);
   ModelPlan& plan = planned.plan;
   plan.source_file = basename_of(request.input);
@@ -71,6 +88,8 @@ ConvertResult convert(const ConvertRequest& request) {
   report.graph = planned.graph;
   report.graph_inferred = planned.graph_inferred;
   report.batch_first = plan.batch_first;
+  report.channels_first = plan.channels_first;
+  report.input_is_tokens = plan.input_is_tokens;
   report.batch_first_source = planned.batch_first_source;
   for (const LayerPlan& l : plan.layers) {
     const Module* m = modules.find(l.name);
@@ -82,6 +101,11 @@ ConvertResult convert(const ConvertRequest& request) {
   for (const TensorPlan& t : plan.tensors) report.weight_bytes += t.numel() * sizeof(float);
   report.selftest_stored = request.selftest == SelfTestPolicy::Always ||
                            (request.selftest == SelfTestPolicy::Auto && report.weight_bytes <= kAutoSelfTestWeightBytes);
+  if (plan.input_is_tokens && report.selftest_stored) {
+    // ferry_selftest feeds float vectors; a token model's input is ids.
+    report.selftest_stored = false;
+    report.notes.push_back("a model taking token ids stores no self-test vectors");
+  }
   if (report.selftest_stored) {
     plan_selftest(plan);
   } else if (request.selftest == SelfTestPolicy::Auto) {

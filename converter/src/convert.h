@@ -18,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "plan/planner.h"
 #include "writer/model_writer.h"
 
 namespace ferry::conv {
@@ -39,6 +40,7 @@ struct ConvertRequest {
   std::string output;                 // OUT.fb; empty: the model comes back in ConvertResult::bytes
   std::optional<std::string> graph;   // --graph; inferred when absent
   std::optional<bool> batch_first;    // --batch-first; else what the file records; else false
+  std::optional<Layout> layout;       // --layout btf|tbf|bft (instead of --batch-first)
   std::string key;                    // --key: the entry of a checkpoint dict
   std::optional<std::string> c_array; // --c-array: also write the model as a C header here
   SelfTestPolicy selftest = SelfTestPolicy::Auto;
@@ -66,6 +68,8 @@ struct ConvertReport {
   std::string graph;                           // the chain, in --graph syntax
   bool graph_inferred = false;
   bool batch_first = false;
+  bool channels_first = false;
+  bool input_is_tokens = false;
   std::string batch_first_source;
   std::vector<LayerSummary> layers;
   std::vector<std::pair<std::string, std::string>> ignored;  // state-dict key, reason

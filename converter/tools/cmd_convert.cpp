@@ -53,8 +53,10 @@ void print_plan(const std::string& in, const ConvertReport& r) {
   std::printf("read     %s: %s, %zu tensors, storages on %s\n", in.c_str(), r.form.c_str(), r.tensor_count,
               locations.empty() ? "none" : locations.c_str());
   std::printf("graph    %s%s\n", r.graph.c_str(), r.graph_inferred ? "  (inferred)" : "");
-  std::printf("layout   %s (%s)\n", r.batch_first ? "batch-first [B,T,F]" : "time-major [T,B,F]",
-              r.batch_first_source.c_str());
+  const char* layout = r.channels_first ? "channels-first [B,F,T]"
+                       : r.batch_first    ? (r.input_is_tokens ? "batch-first token ids [B,T]" : "batch-first [B,T,F]")
+                                          : (r.input_is_tokens ? "time-major token ids [T,B]" : "time-major [T,B,F]");
+  std::printf("layout   %s (%s)\n", layout, r.batch_first_source.c_str());
   for (size_t i = 0; i < r.layers.size(); ++i) {
     const conv::LayerSummary& l = r.layers[i];
     std::printf("layer %zu  %-10s %s  %u -> %u\n", i, l.name.c_str(), l.description.c_str(), l.input_size,
@@ -69,7 +71,7 @@ void print_plan(const std::string& in, const ConvertReport& r) {
 }  // namespace
 
 int cmd_convert(int argc, char** argv) {
-  const Args args(argc, argv, 2, {"--graph", "--key", "--quantize", "--calibration", "--c-array"},
+  const Args args(argc, argv, 2, {"--graph", "--key", "--quantize", "--calibration", "--c-array", "--layout"},
                   {"--batch-first", "--stats", "--selftest"});
   const auto t0 = std::chrono::steady_clock::now();
   if (args.positional.size() != 2) throw UsageError("convert takes IN and OUT.fb");
@@ -81,6 +83,14 @@ int cmd_convert(int argc, char** argv) {
   request.output = args.positional[1];
   request.graph = args.get("--graph");
   if (args.has("--batch-first")) request.batch_first = true;
+  if (auto layout = args.get("--layout")) {
+    if (*layout == "btf") request.layout = conv::Layout::kBatchFirst;
+    else if (*layout == "tbf") request.layout = conv::Layout::kTimeMajor;
+    else if (*layout == "bft") request.layout = conv::Layout::kChannelsFirst;
+    else throw UsageError("--layout " + *layout + ": one of btf ([B,T,F], batch-first), tbf ([T,B,F], time-major), "
+                          "bft ([B,F,T], channels-first as nn.Conv1d takes)");
+    if (request.batch_first) throw UsageError("--layout and --batch-first: give one");
+  }
   request.key = args.get("--key").value_or("");
   request.c_array = args.get("--c-array");
   if (args.has("--selftest")) request.selftest = conv::SelfTestPolicy::Always;

@@ -759,6 +759,124 @@ def tensor_entries():
          "tensor 'fc.bias' has shape [1]", "Linear(3, 2) with a bias of 1 element")
 
 
+def numpy_array(p, shape, code, data, fortran=False, order="<", state=None, cls=("numpy", "ndarray"),
+                multiarray="numpy.core.multiarray"):
+    """Pushes a numpy array as numpy's pickle writes it under protocol 2:
+    _reconstruct(ndarray, (0,), b'b') then BUILD (1, shape, dtype(code), fortran,
+    data); bytes as _codecs.encode(str, 'latin1'), a list for data = [...].
+    `state`, when given, replaces the whole BUILD state (a callable on p)."""
+    p.glob(multiarray, "_reconstruct").glob(*cls).int(0).op(0x85)
+    latin1(p, b"b").op(0x87, b"R")
+    if state is not None:
+        state(p)
+        return p.op(b"b")
+    p.mark().int(1).mark()
+    for d in shape:
+        p.int(d)
+    p.op(b"t")
+    numpy_dtype(p, code, order)
+    p.op(0x88 if fortran else 0x89)
+    if isinstance(data, list):
+        p.op(b"]").mark()
+        for v in data:
+            p.op(b"N") if v is None else p.int(v)
+        p.op(b"e")
+    else:
+        latin1(p, data)
+    return p.op(b"t", b"b")
+
+
+def latin1(p, raw):
+    """Bytes as protocol 2 pickles them: _codecs.encode(str, 'latin1')."""
+    return p.glob("_codecs", "encode").str(raw.decode("latin1")).str("latin1").op(0x86, b"R")
+
+
+def numpy_dtype(p, code, order="<"):
+    """numpy.dtype(code, False, True) with its BUILD state (3, order, ...)."""
+    p.glob("numpy", "dtype").str(code).op(0x89, 0x88, 0x87, b"R")
+    p.mark().int(3).str(order).op(b"NNN").int(-1).int(-1).int(63 if code[0] == "O" else 0)
+    return p.op(b"t", b"b")
+
+
+def numpy_state_dict(w=None, b=None, scalar=None):
+    """The Linear(3 -> 2) state dict with numpy arrays for tensors (no storage
+    records), as torch.save({'fc.weight': np.array(...), ...}) writes it.
+    w, b: keyword overrides for numpy_array; scalar: a callable pushing one
+    more value, stored under 'epoch'."""
+    p = P().proto(2).ordered_dict().mark()
+    p.str("fc.weight")
+    numpy_array(p, **dict(dict(shape=[2, 3], code="f4", data=FC_W), **(w or {})))
+    p.str("fc.bias")
+    numpy_array(p, **dict(dict(shape=[2], code="f4", data=FC_B), **(b or {})))
+    if scalar:
+        p.str("epoch")
+        scalar(p)
+    p.op(b"u").stop()
+    return bytes(checkpoint(pkl=bytes(p.b), storages=[]).finish()[0])
+
+
+def numpy_entries():
+    add("checkpoints/control_numpy.pt", numpy_state_dict(), "convert", None,
+        "control: the Linear(3, 2) state dict with numpy float32 arrays for tensors", ok=True)
+    add("checkpoints/control_numpy_scalar.pt",
+        numpy_state_dict(b=dict(data=struct.pack(">2f", 0.1, -0.2), order=">"),
+                         scalar=lambda p: latin1(numpy_dtype(p.glob("numpy._core.multiarray", "scalar"), "i8"),
+                                                       struct.pack("<q", 7)).op(0x86, b"R")),
+        "convert", None, "control: a big-endian numpy bias and a numpy._core int64 scalar beside the tensors",
+        ok=True)
+
+    def np_ckpt(name, expect, why, **kw):
+        ckpt("numpy_" + name + ".pt", numpy_state_dict(**kw), expect, why)
+
+    np_ckpt("state_three_items",
+            "numpy array state is a tuple, not (version, shape, dtype, is_fortran, data)",
+            "ndarray BUILD state (1, shape, dtype): three items",
+            w=dict(state=lambda p: numpy_dtype(p.mark().int(1).mark().int(2).int(3).op(b"t"), "f4").op(b"t")))
+    np_ckpt("state_not_tuple", "numpy array state is a list, not (version, shape, dtype, is_fortran, data)",
+            "ndarray BUILD state is an empty list", w=dict(state=lambda p: p.op(b"]")))
+    np_ckpt("shape_not_tuple", "numpy array shape is a int, not a tuple", "shape 6 instead of (2, 3)",
+            w=dict(state=lambda p: numpy_dtype(p.mark().int(1).int(6), "f4").op(0x89).str("x" * 24).op(b"t")))
+    np_ckpt("dtype_not_dtype", "numpy array dtype is a str, not a numpy.dtype", "dtype given as the string 'f4'",
+            w=dict(state=lambda p: p.mark().int(1).int(2).int(3).op(0x86).str("f4").op(0x89).str("x" * 24)
+                   .op(b"t")))
+    np_ckpt("object_array", "numpy array of Python objects (dtype object): not data ferry reads",
+            "an object array (dtype 'O8', its items a pickled list)", w=dict(code="O8", data=[1, None, 2, 3, 4, 5]))
+    np_ckpt("unknown_dtype_complex", "numpy array of dtype 'c8': only float16/32/64 and integer arrays are read",
+            "a complex64 array", w=dict(code="c8", data=FC_W + FC_W))
+    np_ckpt("unknown_dtype_unicode", "numpy array of dtype 'U3': only float16/32/64 and integer arrays are read",
+            "a unicode string array", w=dict(code="U3", data=b"\0" * 72))
+    np_ckpt("bad_byte_order", "numpy.dtype byte order '?'", "dtype byte order '?'", w=dict(order="?"))
+    np_ckpt("data_short", "numpy array data holds 20 bytes, shape of 6 x 'f4' needs 6 x 4",
+            "shape (2, 3) float32 with 20 bytes of data", w=dict(data=FC_W[:20]))
+    np_ckpt("data_long", "numpy array data holds 32 bytes, shape of 6 x 'f4' needs 6 x 4",
+            "shape (2, 3) float32 with 32 bytes of data", w=dict(data=FC_W + FC_B))
+    np_ckpt("shape_negative", "numpy array shape holds a negative size -2", "shape (-2, 3)", w=dict(shape=[-2, 3]))
+    np_ckpt("shape_overflow", "numpy array shape overflows", "shape (2^40, 2^40): the element count overflows",
+            w=dict(shape=[1 << 40, 1 << 40]))
+    np_ckpt("reconstruct_not_ndarray",
+            "'numpy.core.multiarray._reconstruct' of a global, not numpy.ndarray",
+            "_reconstruct of numpy.matrix (a subclass whose methods would run)", w=dict(cls=("numpy", "matrix")))
+    np_ckpt("scalar_object_dtype",
+            "refused REDUCE of 'numpy.core.multiarray.scalar' of dtype 'O8' (object scalars are not allowlisted)",
+            "multiarray.scalar(dtype('O'), <an object>): numpy hands the object back",
+            scalar=lambda p: numpy_dtype(p.glob("numpy.core.multiarray", "scalar"), "O8")
+            .str("touch /tmp/ferry_pwned").op(0x86, b"R"))
+    np_ckpt("scalar_data_not_bytes",
+            "refused REDUCE of 'numpy.core.multiarray.scalar' of a list (not (numpy.dtype, bytes))",
+            "multiarray.scalar(dtype('i8'), [])",
+            scalar=lambda p: numpy_dtype(p.glob("numpy.core.multiarray", "scalar"), "i8").op(b"]", 0x86, b"R"))
+    # numpy globals that are code, never data: refused whatever their arguments.
+    for module, name, arg in (("numpy", "load", "/tmp/ferry_pwned.npy"),
+                              ("numpy.testing._private.utils", "runstring", "import os"),
+                              ("numpy.lib.npyio", "load", "/tmp/ferry_pwned.npy"),
+                              ("numpy.core.multiarray", "fromfile", "/etc/passwd"),
+                              ("numpy", "fromfunction", "x")):
+        np_ckpt("global_%s_%s" % (module.split(".")[-1].lstrip("_"), name),
+                "refused REDUCE of '%s.%s' (not an allowlisted callable)" % (module, name),
+                "%s.%s as a value in the state dict" % (module, name),
+                scalar=lambda p, m=module, n=name, a=arg: p.glob(m, n).str(a).op(0x85, b"R"))
+
+
 def other_format_entries():
     ckpt("empty.pt", b"", "empty file", "zero bytes")
     ckpt("tar_format.pt", b"\0" * 257 + b"ustar" + b"\0" * 250, "pre-0.3 PyTorch tar format",
@@ -1170,6 +1288,7 @@ def main():
     zip_entries()
     pickle_entries()
     tensor_entries()
+    numpy_entries()
     other_format_entries()
     safetensors_entries()
     legacy_entries()

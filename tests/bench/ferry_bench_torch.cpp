@@ -1,6 +1,6 @@
 // ferry against libtorch, side by side in one process (issue 4's benchmark).
 //
-//   ferry_bench_torch [--quick] [--json FILE] [--only W1|W2|W3] [--backend auto|simd|xnnpack|reference]
+//   ferry_bench_torch [--quick] [--json FILE] [--only W1|W2|W3|W4] [--backend auto|simd|xnnpack|reference]
 //
 // For each workload a PyTorch module is made by libtorch (seeded), saved
 // with torch::pickle_save (torch.save's format), converted by ferry's own
@@ -10,6 +10,16 @@
 //       {16, 64, 256}. libtorch: module->forward on [1, 1, H] with (h, c).
 //   W2  2-layer LSTM, input 32, hidden 256, batch 1, T = 512, whole sequence.
 //   W3  1-layer LSTM, input 64, hidden 256, batch 64, T = 128, whole sequence.
+//   W4  a CRNN keyword spotter (issue 12): 40 mel features -> causal
+//       Conv1d(40, 64, k3) -> BatchNorm1d -> ReLU -> causal Conv1d(64, 64, k3)
+//       -> BatchNorm1d -> ReLU -> GRU(64) -> Linear(12) on every frame; ferry
+//       folds the norms into the convs at conversion. Two rows, batch 1:
+//       streamed (ferry_step per frame; libtorch, the fastest honest way per
+//       frame: the last k-1 frames of each conv's input kept, conv1d over the
+//       k-frame window, at::gru_cell, linear, BatchNorm folded into the conv
+//       weights as ferry does) and whole sequence T = 100 (ferry_run;
+//       libtorch: left pad + conv1d over the sequence, twice, the GRU module,
+//       linear). Both libtorch paths are checked against the unfolded module.
 // Outputs are compared (max abs difference), then timed in alternating
 // rounds (5 ferry samples, 5 libtorch samples, 5 memory-ceiling samples,
 // ...) so that all three see the same machine state; medians of the thread's
@@ -223,6 +233,7 @@ struct Workload {
   int64_t input = 0, hidden = 0, layers = 1;
   int64_t batch = 1, seq = 1;
   bool stream = false;  // per-step timing
+  bool crnn = false;    // W4: the CRNN keyword spotter (run_crnn), not a plain LSTM/GRU
   double target_us = 0;         // the issue's absolute target (Zen3 machine), 0 = none
   double target_ratio = 0;      // required libtorch / ferry, 0 = none
   double bandwidth_factor = 0;  // "within x of the bandwidth bound", 0 = none
@@ -460,6 +471,231 @@ Result run_workload(const Workload& w, const Options& opt, double peak_macs_per_
   return r;
 }
 
+// Alternating blocks of samples (ferry, libtorch, memory ceiling) until the
+// time budget is spent, as run_workload does; medians per unit.
+void time_alternating(Result& r, const Options& opt, double units, const std::function<void()>& reset,
+                      const std::function<void()>& ferry_sample, const std::function<void()>& torch_sample,
+                      const std::function<void()>& stream_sample) {
+  std::vector<double> tf, tt, ts, wf, wt;
+  const double budget_us = (opt.quick ? 0.25 : 1.0) * opt.seconds * 1e6;
+  const double start = now_us();
+  const size_t min_rounds = opt.quick ? 1 : 3;
+  constexpr int kBlock = 5;
+  while (tf.size() < min_rounds * kBlock || (now_us() - start < budget_us && tf.size() < 20000)) {
+    for (int b = 0; b < kBlock; ++b) {
+      reset();
+      const double w0 = now_us(), t0 = cpu_us();
+      ferry_sample();
+      tf.push_back(cpu_us() - t0);
+      wf.push_back(now_us() - w0);
+    }
+    for (int b = 0; b < kBlock; ++b) {
+      reset();
+      const double w0 = now_us(), t0 = cpu_us();
+      torch_sample();
+      tt.push_back(cpu_us() - t0);
+      wt.push_back(now_us() - w0);
+    }
+    for (int b = 0; b < kBlock; ++b) {
+      const double t0 = cpu_us();
+      stream_sample();
+      ts.push_back(cpu_us() - t0);
+    }
+  }
+  r.rounds = tf.size();
+  r.ferry_us = median(tf) / units;
+  r.torch_us = median(tt) / units;
+  r.ferry_wall_us = median(wf) / units;
+  r.torch_wall_us = median(wt) / units;
+  r.stream_bound_us = median(ts) / units;
+}
+
+double max_abs_diff(const float* a, const torch::Tensor& b) {
+  const torch::Tensor bc = b.contiguous();
+  const float* bp = bc.data_ptr<float>();
+  double m = 0;
+  for (int64_t i = 0; i < bc.numel(); ++i) {
+    const double e = std::fabs(double{a[i]} - double{bp[i]});
+    if (!(e <= m)) m = e;
+  }
+  return m;
+}
+
+// W4: the CRNN keyword spotter, streamed (w.stream) or over a whole sequence.
+Result run_crnn(const Workload& w, const Options& opt, double peak_macs_per_s, const std::string& dir) {
+  constexpr int64_t F = 40, C = 64, K = 3, H = 64, O = 12;
+  const int64_t T = w.seq;
+  Result r;
+  r.w = w;
+  torch::manual_seed(1234);
+  torch::nn::Conv1d conv1(torch::nn::Conv1dOptions(F, C, K)), conv2(torch::nn::Conv1dOptions(C, C, K));
+  torch::nn::BatchNorm1d bn1(C), bn2(C);
+  torch::nn::GRU gru(torch::nn::GRUOptions(C, H));
+  torch::nn::Linear fc(H, O);
+  for (torch::nn::BatchNorm1d bn : {bn1, bn2}) {  // running statistics of a trained model
+    bn->running_mean.copy_(torch::randn({C}) * 0.2);
+    bn->running_var.copy_(torch::rand({C}) + 0.5);
+    bn->weight.data().copy_(torch::randn({C}) * 0.1 + 1);
+    bn->bias.data().copy_(torch::randn({C}) * 0.1);
+    bn->eval();
+  }
+  gru->eval();
+
+  // The state dict as torch.save writes it (parameters and BatchNorm buffers).
+  c10::impl::GenericDict dict(c10::StringType::get(), c10::TensorType::get());
+  const std::vector<std::pair<std::string, torch::nn::Module*>> mods = {
+      {"conv1", conv1.get()}, {"bn1", bn1.get()}, {"conv2", conv2.get()},
+      {"bn2", bn2.get()},     {"gru", gru.get()}, {"fc", fc.get()}};
+  for (const auto& [name, m] : mods) {
+    for (const auto& p : m->named_parameters()) dict.insert(name + "." + p.key(), p.value().detach().contiguous());
+    for (const auto& b : m->named_buffers()) dict.insert(name + "." + b.key(), b.value().detach().contiguous());
+  }
+  const std::vector<char> bytes = torch::pickle_save(dict);
+  const std::string path = dir + "/crnn.pt";
+  {
+    std::ofstream f(path, std::ios::binary);
+    f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+  }
+  ferry::conv::ConvertRequest request;
+  request.input = path;
+  request.graph = "conv1(padding=causal) > bn1 > relu > conv2(padding=causal) > bn2 > relu > gru > fc";
+  request.layout = ferry::conv::Layout::kTimeMajor;
+  request.selftest = ferry::conv::SelfTestPolicy::Never;
+  const std::vector<uint8_t> file = ferry::conv::convert(request).bytes.to_vector();
+  std::remove(path.c_str());
+  FerryRunner fr(file, opt.backend, 1, w.stream ? 1 : static_cast<size_t>(T));
+
+  // Inputs: the same floats, [T, 1, F] for ferry (time-major) and [1, F, T]
+  // for libtorch's conv1d (its native layout, made once, not timed).
+  const torch::Tensor x = (torch::rand({T, 1, F}) * 2 - 1).contiguous();
+  const torch::Tensor x_bct = x.permute({1, 2, 0}).contiguous();
+  const float* xp = x.data_ptr<float>();
+  std::vector<float> y_ferry(static_cast<size_t>(T * O));
+
+  // The oracle: the unfolded modules in eval mode, whole sequence.
+  const auto pad = [](const torch::Tensor& t) { return torch::constant_pad_nd(t, {K - 1, 0}); };
+  const torch::Tensor reference = [&] {
+    torch::Tensor a = torch::relu(bn1(conv1(pad(x_bct))));
+    a = torch::relu(bn2(conv2(pad(a))));
+    return fc(std::get<0>(gru->forward(a.permute({2, 0, 1})))).contiguous();  // [T, 1, O]
+  }();
+
+  // BatchNorm folded into the conv weights for libtorch too (as ferry does).
+  const auto fold = [](torch::nn::Conv1d& conv, torch::nn::BatchNorm1d& bn) {
+    const torch::Tensor scale = bn->weight / torch::sqrt(bn->running_var + bn->options.eps());
+    return std::make_pair((conv->weight * scale.view({-1, 1, 1})).contiguous(),
+                          ((conv->bias - bn->running_mean) * scale + bn->bias).contiguous());
+  };
+  const auto [w1, b1] = fold(conv1, bn1);
+  const auto [w2, b2] = fold(conv2, bn2);
+  const torch::Tensor w_ih = gru->named_parameters()["weight_ih_l0"], w_hh = gru->named_parameters()["weight_hh_l0"],
+                      b_ih = gru->named_parameters()["bias_ih_l0"], b_hh = gru->named_parameters()["bias_hh_l0"];
+
+  // Streaming state of libtorch: the last K-1 frames of each conv's input
+  // ([1, C, 1] each) and the GRU's h.
+  // Two ways per frame, the faster one timed (chosen below): conv1d over the
+  // window [1, C_in, K], or addmm of the window flattened frame-major
+  // [1, K*C_in] with the kernel as a [K*C_in, C_out] matrix.
+  bool conv_as_matmul = false;
+  const torch::Tensor m1 = w1.permute({2, 1, 0}).reshape({K * F, C}).contiguous();
+  const torch::Tensor m2 = w2.permute({2, 1, 0}).reshape({K * C, C}).contiguous();
+  std::vector<torch::Tensor> frames, frames_flat;  // the inputs as [1, F, 1] and [1, F], made once
+  for (int64_t t = 0; t < T; ++t) {
+    frames.push_back(x_bct.narrow(2, t, 1).contiguous());
+    frames_flat.push_back(x[t].contiguous());
+  }
+  torch::Tensor p1a, p1b, p2a, p2b, h;
+  std::vector<torch::Tensor> outs(static_cast<size_t>(T));
+  torch::Tensor y_torch;
+  const auto reset = [&] {
+    ferry_state_reset(fr.session);
+    p1a = p1b = conv_as_matmul ? torch::zeros({1, F}) : torch::zeros({1, F, 1});
+    p2a = p2b = conv_as_matmul ? torch::zeros({1, C}) : torch::zeros({1, C, 1});
+    h = torch::zeros({1, H});
+  };
+  int reps = 1;  // the agreement check: one pass over the T frames from the zero state
+  const std::function<void()> ferry_sample = [&] {
+    if (w.stream) {
+      for (int rep = 0; rep < reps; ++rep)
+        for (int64_t t = 0; t < T; ++t)
+          ferry_step(fr.session, xp + t * F, 1, y_ferry.data() + t * O, O);
+    } else {
+      ferry_run(fr.session, xp, 1, static_cast<size_t>(T), nullptr, y_ferry.data(), y_ferry.size());
+    }
+  };
+  const std::function<void()> torch_sample = [&] {
+    if (w.stream) {
+      for (int rep = 0; rep < reps; ++rep)
+        for (int64_t t = 0; t < T; ++t) {
+          const torch::Tensor& xt = (conv_as_matmul ? frames_flat : frames)[static_cast<size_t>(t)];
+          torch::Tensor a1, a2;
+          if (conv_as_matmul) {  // the window [1, K*C_in] (frame-major) times the kernel as a matrix
+            a1 = torch::relu(torch::addmm(b1, torch::cat({p1a, p1b, xt}, 1), m1));
+            a2 = torch::relu(torch::addmm(b2, torch::cat({p2a, p2b, a1}, 1), m2));
+          } else {
+            a1 = torch::relu(torch::conv1d(torch::cat({p1a, p1b, xt}, 2), w1, b1));
+            a2 = torch::relu(torch::conv1d(torch::cat({p2a, p2b, a1}, 2), w2, b2));
+          }
+          p1a = p1b;
+          p1b = xt;
+          p2a = p2b;
+          p2b = a1;
+          h = at::gru_cell(a2.view({1, C}), h, w_ih, w_hh, b_ih, b_hh);
+          outs[static_cast<size_t>(t)] = torch::linear(h, fc->weight, fc->bias);
+        }
+    } else {
+      torch::Tensor a = torch::relu(torch::conv1d(pad(x_bct), w1, b1));
+      a = torch::relu(torch::conv1d(pad(a), w2, b2));
+      y_torch = fc(std::get<0>(gru->forward(a.permute({2, 0, 1}))));
+    }
+  };
+
+  // Agreement, from the zero state: ferry and each libtorch path against
+  // each other, and each libtorch path against the unfolded module.
+  for (bool matmul : {false, true}) {
+    if (matmul && !w.stream) break;
+    conv_as_matmul = matmul;
+    reset();
+    ferry_sample();
+    torch_sample();
+    if (w.stream) y_torch = torch::stack(outs, 0);  // [T, 1, O]
+    r.max_abs_diff = std::max(r.max_abs_diff, max_abs_diff(y_ferry.data(), y_torch));
+    const double torch_vs_module = (y_torch - reference).abs().max().item<double>();
+    if (!(torch_vs_module <= 1e-4)) {
+      std::fprintf(stderr, "ferry_bench_torch: %s: libtorch's path is %g from the module\n", w.name.c_str(),
+                   torch_vs_module);
+      r.max_abs_diff = std::max(r.max_abs_diff, torch_vs_module);
+    }
+  }
+  if (w.stream) {  // libtorch's faster per-frame path (median of a few passes) is the one timed
+    std::vector<double> per[2];
+    for (int i = 0; i < 15; ++i)
+      for (int m = 0; m < 2; ++m) {
+        conv_as_matmul = m == 1;
+        reset();
+        const double t0 = cpu_us();
+        torch_sample();
+        per[m].push_back(cpu_us() - t0);
+      }
+    conv_as_matmul = median(per[1]) < median(per[0]);
+    std::fprintf(stderr, "W4 libtorch per frame: conv1d on the window %.1f us, addmm %.1f us: timing %s\n",
+                 median(per[0]) / T, median(per[1]) / T, conv_as_matmul ? "addmm" : "conv1d");
+  }
+
+  reps = w.stream ? 4 : 1;  // timed: 4 passes per sample, the state carried on
+
+  // Per step: conv1, conv2, the GRU (both products), fc.
+  const double macs = static_cast<double>(F * K * C + C * K * C + 3 * H * (C + H) + H * O);
+  StreamBuffer weights(static_cast<size_t>(4 * macs));
+  const double units = w.stream ? static_cast<double>(T * reps) : 1.0;
+  time_alternating(r, opt, units, reset, ferry_sample, torch_sample, [&] {
+    for (int64_t i = 0; i < T * reps; ++i) weights.pass();
+  });
+  r.macs = macs * (w.stream ? 1 : static_cast<double>(T));
+  r.compute_bound_us = peak_macs_per_s > 0 ? r.macs / peak_macs_per_s * 1e6 : 0;
+  return r;
+}
+
 std::string fmt_time(double us) {
   char b[32];
   if (us < 10) std::snprintf(b, sizeof b, "%.3f us", us);
@@ -494,7 +730,7 @@ int main(int argc, char** argv) {
       }
     } else {
       std::fprintf(stderr,
-                   "usage: ferry_bench_torch [--quick] [--only W1|W2|W3] [--backend B] [--seconds S] [--json FILE]\n");
+                   "usage: ferry_bench_torch [--quick] [--only W1|W2|W3|W4] [--backend B] [--seconds S] [--json FILE]\n");
       return 2;
     }
   }
@@ -544,6 +780,15 @@ int main(int argc, char** argv) {
     w.target_ratio = 1.9;
     all.push_back(w);
   }
+  for (bool stream : {true, false}) {  // issue 12: >= 5x per step, no slower on the sequence
+    Workload w;
+    w.name = stream ? "W4 CRNN KWS" : "W4 CRNN KWS T=100";
+    w.crnn = true;
+    w.input = 40, w.hidden = 64, w.batch = 1, w.seq = 100;
+    w.stream = stream;
+    w.target_ratio = stream ? 5 : 1;
+    all.push_back(w);
+  }
 
   // The compute ceiling is the widest FMA ferry's kernels use on this CPU:
   // AVX-512 where the CPU has it (ferry's batched GEMM switches to it), else
@@ -577,7 +822,7 @@ int main(int argc, char** argv) {
   std::vector<Result> results;
   for (const Workload& w : all) {
     if (!opt.only.empty() && w.name.rfind(opt.only, 0) != 0) continue;
-    results.push_back(run_workload(w, opt, peak, dir));
+    results.push_back(w.crnn ? run_crnn(w, opt, peak, dir) : run_workload(w, opt, peak, dir));
     const Result& r = results.back();
     std::fprintf(stderr, "done      %s (%zu rounds)\n", w.name.c_str(), r.rounds);
   }

@@ -3,8 +3,9 @@
 their own elsewhere in the tree (tests/fuzz/run.sh takes the others straight
 from tests/fixtures and tests/bad):
 
-  seeds/pickle/   data.pkl of a few fixtures (every checkpoint form), and the
-                  legacy stream
+  seeds/pickle/   data.pkl of a few fixtures (every checkpoint form, numpy
+                  arrays and scalars in numpy 1 and numpy 2 spellings), and
+                  the legacy stream
   seeds/inputs/   input values for fuzz_inputs: byte 0 model, byte 1 batch,
                   byte 2 backend, then float32 values
   seeds/safetensors/  for fuzz_safetensors: header JSON, NUL, data (the
@@ -19,6 +20,7 @@ import zipfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MODELS = os.path.join(HERE, "..", "fixtures", "models")
+OPS = os.path.join(HERE, "..", "fixtures", "ops")
 
 
 def write(sub, name, data):
@@ -29,14 +31,21 @@ def write(sub, name, data):
 
 
 def main():
-    for fixture in ["lstm_1l_tm", "gru_bi", "mlp", "ckpt_adam", "lstm_proto4", "lstm_noncontig",
-                    "lstm_fp16", "lstm_whole_module", "rnn_relu_whole_module", "lstm_torchscript",
-                    "prefix_module"]:
-        with zipfile.ZipFile(os.path.join(MODELS, fixture + ".pt")) as z:
+    fixtures = [(MODELS, f) for f in ["lstm_1l_tm", "gru_bi", "mlp", "ckpt_adam", "lstm_proto4",
+                                      "lstm_noncontig", "lstm_fp16", "lstm_whole_module",
+                                      "rnn_relu_whole_module", "lstm_torchscript", "prefix_module"]]
+    fixtures += [(OPS, f) for f in ["numpy_state_dict", "numpy_checkpoint", "numpy2_state_dict",
+                                    "numpy2_checkpoint"]]
+    for folder, fixture in fixtures:
+        with zipfile.ZipFile(os.path.join(folder, fixture + ".pt")) as z:
             for info in z.infolist():
                 if info.filename.endswith(".pkl") and "/code/" not in info.filename:
                     tag = info.filename.split("/")[-1].replace(".", "_")
                     write("pickle", fixture + "_" + tag, z.read(info))
+    # The catalogue's numpy controls: a big-endian array, a numpy._core scalar.
+    for name in ["control_numpy", "control_numpy_scalar"]:
+        with zipfile.ZipFile(os.path.join(HERE, "..", "bad", "checkpoints", name + ".pt")) as z:
+            write("pickle", "bad_" + name + "_data_pkl", z.read("archive/data.pkl"))
     with open(os.path.join(MODELS, "lstm_legacy.pt"), "rb") as f:
         write("pickle", "lstm_legacy_stream", f.read())
 

@@ -54,8 +54,9 @@ copy_seeds() {  # copy_seeds TARGET FILE...
   mkdir -p "$dir"
   for f in "$@"; do cp "$f" "$dir/$(basename "$(dirname "$f")")_$(basename "$f")"; done
 }
-copy_seeds zip $(small "$fixtures"/*.pt "$bad"/checkpoints/*)
-copy_seeds checkpoint $(small "$fixtures"/*.pt "$fixtures"/*.safetensors "$bad"/checkpoints/*)
+numpy_fixtures=("$root"/tests/fixtures/ops/numpy*.pt)  # numpy arrays and scalars as data
+copy_seeds zip $(small "$fixtures"/*.pt "${numpy_fixtures[@]}" "$bad"/checkpoints/*)
+copy_seeds checkpoint $(small "$fixtures"/*.pt "${numpy_fixtures[@]}" "$fixtures"/*.safetensors "$bad"/checkpoints/*)
 copy_seeds pickle $(small "$root"/tests/fuzz/seeds/pickle/*)
 copy_seeds legacy "$fixtures"/lstm_legacy.pt
 copy_seeds safetensors "$root"/tests/fuzz/seeds/safetensors/*

@@ -38,12 +38,20 @@ struct Checkpoint {
   // modules and TorchScript archives record them; safetensors records its
   // __metadata__ as "__metadata__.<key>". Empty for a bare state dict.
   std::map<std::string, std::string> attributes;
+  // TorchScript: the root module's `forward` as its code/ text (never run;
+  // mapping/script_chain.h reads a layer chain from it). Empty otherwise.
+  std::vector<std::string> script_forward;
 };
 
 // The key of hyper-parameter `name` of the module at `module_path` ("" for
 // the root) in Checkpoint::attributes: "lstm.batch_first", wrapper prefixes
 // (module., _orig_mod.) stripped.
 std::string attribute_key(const std::string& module_path, const std::string& name);
+
+// The attribute holding a module's class name as the file records it (the
+// last part of its qualified name: "Conv1d", "BatchNorm1d", "LeakyReLU"):
+// Checkpoint::attributes[attribute_key(path, kClassAttribute)].
+constexpr const char* kClassAttribute = "__class__";
 
 struct LoadOptions {
   std::string key;                  // --key: which entry of a checkpoint dict

@@ -12,6 +12,7 @@
 // state_dict() emits a module's parameters, then its persistent buffers, then
 // each child's entries under "child." — depth first. The walk below does the
 // same with an explicit stack.
+#include <cstdio>
 #include <string>
 #include <unordered_set>
 #include <vector>
@@ -37,9 +38,18 @@ const Value* object_state(const Value* object) {
 }
 
 bool is_hyperparameter(std::string_view name) {
-  static const std::string_view kNames[] = {"batch_first", "nonlinearity", "mode",   "proj_size",
-                                            "bidirectional", "num_layers", "hidden_size",
-                                            "input_size", "bias"};
+  static const std::string_view kNames[] = {
+      // recurrent modules
+      "batch_first", "nonlinearity", "mode", "proj_size", "bidirectional", "num_layers", "hidden_size",
+      "input_size", "bias",
+      // Conv1d
+      "kernel_size", "stride", "padding", "dilation", "groups", "padding_mode", "in_channels", "out_channels",
+      // normalisations
+      "eps", "num_features", "affine", "track_running_stats", "normalized_shape", "elementwise_affine",
+      // activations
+      "negative_slope", "alpha", "min_val", "max_val", "approximate", "num_parameters", "dim",
+      // Embedding
+      "num_embeddings", "embedding_dim", "max_norm"};
   for (std::string_view n : kNames)
     if (n == name) return true;
   return false;
@@ -59,6 +69,17 @@ void record_hyperparameter(const std::string& module_path, const std::string& na
   if (name == "mode" && value == "RNN_TANH") out.attributes[nonlinearity] = "tanh";
 }
 
+namespace {
+
+// %.17g: a double read back exactly (eps = 1e-05 -> "1.0000000000000001e-05").
+std::string real_text(double v) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
+}  // namespace
+
 void record_hyperparameters(const Value* attributes, const std::string& module_path, Checkpoint& out) {
   if (!attributes || attributes->kind != Kind::Dict) return;
   for (const auto& [k, v] : attributes->entries) {
@@ -66,10 +87,28 @@ void record_hyperparameters(const Value* attributes, const std::string& module_p
     switch (v->kind) {
       case Kind::Bool: record_hyperparameter(module_path, k->bytes, v->boolean ? "true" : "false", out); break;
       case Kind::Int: record_hyperparameter(module_path, k->bytes, std::to_string(v->integer), out); break;
+      case Kind::Float: record_hyperparameter(module_path, k->bytes, real_text(v->real), out); break;
       case Kind::String: record_hyperparameter(module_path, k->bytes, v->bytes, out); break;
+      case Kind::Tuple: case Kind::List: {
+        // kernel_size=(3,), padding=(1,): written as TorchScript writes them, "(3,)" / "(1, 2)".
+        std::string text = "(";
+        bool ints = v->items.size() <= 8;
+        for (const Value* item : v->items) {
+          if (item->kind != Kind::Int) ints = false;
+          else text += std::to_string(item->integer) + ",";
+        }
+        if (ints) record_hyperparameter(module_path, k->bytes, text + ")", out);
+        break;
+      }
       default: break;  // None, tensors (a Linear's `bias` is a parameter), ...
     }
   }
+}
+
+void record_class(const Value* object, const std::string& module_path, Checkpoint& out) {
+  const std::string name = object->qualified_name();
+  const size_t dot = name.rfind('.');
+  out.attributes[attribute_key(module_path, kClassAttribute)] = dot == std::string::npos ? name : name.substr(dot + 1);
 }
 
 namespace {
@@ -117,6 +156,7 @@ void collect_module(const Value* root, const std::string& path, TensorCollector&
     if (!state->get("_parameters") && !state->get("_modules"))
       throw Error(where + ": not an nn.Module (its state has neither _parameters nor _modules)");
     record_hyperparameters(state, module_path, out);
+    record_class(module, module_path, out);
 
     const std::string prefix = module_path.empty() ? "" : module_path + ".";
     auto key_of = [&](const Value* k, const char* what) -> const std::string& {

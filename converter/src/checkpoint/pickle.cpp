@@ -1,9 +1,11 @@
 #include "checkpoint/pickle.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <unordered_map>
 
+#include "checkpoint/tensor_ref.h"
 #include "error.h"
 
 namespace ferry::conv {
@@ -63,6 +65,11 @@ GlobalKind classify_global(std::string_view module, std::string_view name) {
     if (name == "frozenset") return GlobalKind::FrozenSet;
     if (name == "bytearray") return GlobalKind::ByteArray;
     if (name == "complex") return GlobalKind::Complex;
+  } else if (module == "numpy.core.multiarray" || module == "numpy._core.multiarray") {
+    if (name == "_reconstruct") return GlobalKind::NumpyReconstruct;
+    if (name == "scalar") return GlobalKind::NumpyScalar;
+  } else if (module == "numpy") {
+    if (name == "dtype") return GlobalKind::NumpyDType;
   } else if (module == "_codecs") {
     if (name == "encode") return GlobalKind::CodecsEncode;
   } else if (module == "torch._utils") {
@@ -400,6 +407,7 @@ class Unpickler {
   int64_t arg_int(const Value* v, const char* what);
   const Value* arg_tuple(const Value* args, size_t min_n, size_t max_n, const Value* callable);
   void build(Value* target, Value* state);
+  void numpy_array(Value* target, const Value* state);
 
   const uint8_t* data_;
   size_t size_;
@@ -565,6 +573,47 @@ Value* Unpickler::reduce(Value* callable, Value* args, int level) {
       return make_seq(Kind::Tuple, args->items.empty() ? std::vector<Value*>{}
                                                        : as_items(args->items[0], "argument"));
     }
+    case GlobalKind::NumpyReconstruct: {
+      // _reconstruct(numpy.ndarray, (0,), b'b'): an empty array that BUILD fills.
+      arg_tuple(args, 3, 3, callable);
+      const Value* cls = args->items[0];
+      if (cls->kind != Kind::Global || cls->module != "numpy" || cls->name != "ndarray")
+        fail("'" + callable->qualified_name() + "' of a " + std::string(kind_name(cls->kind)) + ", not numpy.ndarray");
+      Value* v = arena_->make(Kind::Object);
+      v->cls = cls;
+      v->args = args;
+      set_depth(v, args);
+      return v;
+    }
+    case GlobalKind::NumpyDType: {
+      arg_tuple(args, 1, 3, callable);
+      if (args->items[0]->kind != Kind::String) fail("numpy.dtype of a " + std::string(kind_name(args->items[0]->kind)));
+      Value* v = arena_->make(Kind::Call);
+      v->cls = callable;
+      v->args = args;
+      set_depth(v, args);
+      return v;
+    }
+    case GlobalKind::NumpyScalar: {
+      // multiarray.scalar(dtype, bytes): kept inert, never a tensor. With an
+      // object dtype numpy hands its second argument back as the value, so
+      // only (numeric or string dtype, bytes) is data.
+      arg_tuple(args, 1, 2, callable);
+      const std::string refused = "refused REDUCE of '" + callable->qualified_name() + "' of ";
+      const Value* dt = args->items[0];
+      if (dt->kind != Kind::Call || !dt->cls || dt->cls->global_kind != GlobalKind::NumpyDType)
+        fail(refused + "a " + kind_name(dt->kind) + " (not (numpy.dtype, bytes))");
+      const std::string& code = dt->args->items[0]->bytes;
+      if (code.empty() || code[0] == 'O')
+        fail(refused + "dtype '" + code.substr(0, 8) + "' (object scalars are not allowlisted)");
+      if (args->items.size() == 2 && args->items[1]->kind != Kind::Bytes && args->items[1]->kind != Kind::String)
+        fail(refused + "a " + kind_name(args->items[1]->kind) + " (not (numpy.dtype, bytes))");
+      Value* v = arena_->make(Kind::Call);
+      v->cls = callable;
+      v->args = args;
+      set_depth(v, args);
+      return v;
+    }
     case GlobalKind::Complex:
     case GlobalKind::TorchDevice:
     case GlobalKind::RebuildOther: {
@@ -651,7 +700,97 @@ Value* Unpickler::new_object(Value* cls, Value* args) {
   }
 }
 
+// A numpy array's BUILD state, (version, shape, dtype, is_fortran, data),
+// turns the _reconstruct'ed Object into a Tensor over a storage that owns a
+// copy of the data bytes (they live in the pickle, not in a storage record).
+void Unpickler::numpy_array(Value* target, const Value* state) {
+  if (state->kind != Kind::Tuple || (state->items.size() != 5 && state->items.size() != 4))
+    fail("numpy array state is a " + std::string(kind_name(state->kind)) + ", not (version, shape, dtype, is_fortran, data)");
+  const size_t b = state->items.size() - 4;
+  const Value* shape = state->items[b];
+  const Value* dtype = state->items[b + 1];
+  const Value* fortran = state->items[b + 2];
+  const Value* data = state->items[b + 3];
+  if (shape->kind != Kind::Tuple) fail("numpy array shape is a " + std::string(kind_name(shape->kind)) + ", not a tuple");
+  if (dtype->kind != Kind::Call || !dtype->cls || dtype->cls->global_kind != GlobalKind::NumpyDType)
+    fail("numpy array dtype is a " + std::string(kind_name(dtype->kind)) + ", not a numpy.dtype");
+  if (fortran->kind != Kind::Bool) fail("numpy array is_fortran is a " + std::string(kind_name(fortran->kind)) + ", not a bool");
+  if (data->kind == Kind::List) fail("numpy array of Python objects (dtype object): not data ferry reads");
+  if (data->kind != Kind::Bytes && data->kind != Kind::String)
+    fail("numpy array data is a " + std::string(kind_name(data->kind)) + ", not bytes");
+  // The dtype: a type code ('f4', 'float32' is spelled 'f4' by numpy's pickle)
+  // and, in its BUILD state, the byte order.
+  struct Code {
+    const char* numpy;
+    const char* torch;
+    size_t size;
+  };
+  static constexpr Code kCodes[] = {{"f2", "float16", 2}, {"f4", "float32", 4}, {"f8", "float64", 8},
+                                    {"i1", "int8", 1},    {"i2", "int16", 2},   {"i4", "int32", 4},
+                                    {"i8", "int64", 8},   {"u1", "uint8", 1},   {"b1", "bool", 1}};
+  const std::string& code = dtype->args->items[0]->bytes;
+  const Code* found = nullptr;
+  for (const Code& c : kCodes)
+    if (code == c.numpy) found = &c;
+  if (!found) fail("numpy array of dtype '" + code.substr(0, 32) + "': only float16/32/64 and integer arrays are read");
+  bool big_endian = false;
+  if (const Value* ds = dtype->state) {
+    if (ds->kind != Kind::Tuple || ds->items.size() < 2 || ds->items[1]->kind != Kind::String)
+      fail("numpy.dtype state is a " + std::string(kind_name(ds->kind)) + ", not (version, byteorder, ...)");
+    const std::string& order = ds->items[1]->bytes;
+    if (order == ">") big_endian = true;
+    else if (order != "<" && order != "|" && order != "=") fail("numpy.dtype byte order '" + order.substr(0, 8) + "'");
+  }
+  auto info = std::make_unique<TensorInfo>();
+  if (shape->items.size() > limits_.max_tensor_dims)
+    fail("numpy array has " + std::to_string(shape->items.size()) + " dimensions");
+  uint64_t numel = 1;
+  for (const Value* d : shape->items) {
+    if (d->kind != Kind::Int) fail("numpy array shape holds a " + std::string(kind_name(d->kind)));
+    if (d->integer < 0) fail("numpy array shape holds a negative size " + std::to_string(d->integer));
+    if (__builtin_mul_overflow(numel, static_cast<uint64_t>(d->integer), &numel)) fail("numpy array shape overflows");
+    info->size.push_back(d->integer);
+  }
+  uint64_t nbytes = 0;
+  if (__builtin_mul_overflow(numel, uint64_t{found->size}, &nbytes) || nbytes != data->bytes.size())
+    fail("numpy array data holds " + std::to_string(data->bytes.size()) + " bytes, shape of " +
+         std::to_string(numel) + " x '" + code + "' needs " + std::to_string(numel) + " x " + std::to_string(found->size));
+  // Element strides: C order, or Fortran order (first axis fastest).
+  const size_t rank = info->size.size();
+  info->stride.assign(rank, 1);
+  if (fortran->boolean) {
+    for (size_t i = 1; i < rank; ++i) info->stride[i] = info->stride[i - 1] * std::max<int64_t>(1, info->size[i - 1]);
+  } else {
+    for (size_t i = rank; i-- > 1;) info->stride[i - 1] = info->stride[i] * std::max<int64_t>(1, info->size[i]);
+  }
+  auto owned = std::make_shared<std::string>(data->bytes);
+  auto storage = std::make_shared<Storage>();
+  storage->key = "numpy";
+  storage->location = "numpy";
+  storage->numel = numel;
+  storage->data = reinterpret_cast<const uint8_t*>(owned->data());
+  storage->nbytes = nbytes;
+  storage->big_endian = big_endian;
+  storage->owned = owned;
+  Value* sv = arena_->make(Kind::Storage);
+  sv->storage = storage;
+  Value* dt = arena_->make(Kind::Global);
+  dt->module = "torch";
+  dt->name = found->torch;
+  dt->global_kind = GlobalKind::DTypeObject;
+  info->storage = sv;
+  info->dtype = dt;
+  target->kind = Kind::Tensor;
+  target->tensor = std::move(info);
+  target->state = nullptr;
+}
+
 void Unpickler::build(Value* target, Value* state) {
+  if (target->kind == Kind::Object && target->cls && target->cls->kind == Kind::Global &&
+      target->cls->module == "numpy" && target->cls->name == "ndarray") {
+    numpy_array(target, state);
+    return;
+  }
   switch (target->kind) {
     case Kind::Object:
     case Kind::Dict:  // OrderedDict's {'_metadata': ...}: kept, not merged

@@ -69,6 +69,12 @@ enum class GlobalKind : uint8_t {
   RebuildFromTypeV2,      // torch._tensor._rebuild_from_type_v2
   RebuildOther,           // other torch._utils._rebuild_* (qtensor, sparse, ...) -> Call
   TypeTagIdentity,        // torch.jit._pickle.restore_type_tag / build_*list -> arg 0
+  // numpy, read as data (what torch.load(weights_only=True) allows in current
+  // releases); numpy.core.* and numpy 2's numpy._core.* spellings alike:
+  NumpyReconstruct,       // multiarray._reconstruct(ndarray, (0,), b'b') -> Object whose BUILD
+                          // state (version, shape, dtype, is_fortran, bytes) makes it a Tensor
+  NumpyDType,             // numpy.dtype('f4', False, True) -> Call; BUILD gives the byte order
+  NumpyScalar,            // multiarray.scalar(dtype, bytes) -> Call (kept, never a tensor)
 };
 
 // `module.name` is refused even as a reference (os, posix, nt, sys,

@@ -182,6 +182,9 @@ bool is_hyperparameter(std::string_view name);
 // An RNN's `mode` (RNN_TANH / RNN_RELU: what forward() runs) also sets its
 // `nonlinearity`.
 void record_hyperparameters(const Value* attributes, const std::string& module_path, Checkpoint& out);
+// Records the class of a module object (the last part of its qualified name)
+// as its kClassAttribute.
+void record_class(const Value* object, const std::string& module_path, Checkpoint& out);
 // Same for one attribute given as text (TorchScript Final constants).
 void record_hyperparameter(const std::string& module_path, const std::string& name,
                            const std::string& value, Checkpoint& out);

@@ -34,6 +34,10 @@ void TensorCollector::add_state_dict(const Value* dict) {
 }
 
 void TensorCollector::add(const std::string& name, const Value* v) {
+  if (v->kind == Kind::Call && v->cls && v->cls->global_kind == GlobalKind::NumpyScalar) {
+    out_.ignored.emplace_back(name, "numpy scalar, not a tensor");
+    return;
+  }
   if (v->kind == Kind::Call) {
     out_.ignored.emplace_back(name, "unsupported tensor kind (" + v->qualified_name() + ")");
     return;
@@ -47,7 +51,8 @@ void TensorCollector::add(const std::string& name, const Value* v) {
   if (t.storage->kind != Kind::Storage || !t.storage->storage)
     throw Error(what + ": storage argument is a " + std::string(kind_name(t.storage->kind)));
   const std::shared_ptr<const Storage>& storage = t.storage->storage;
-  const DTypeInfo* declared = table_.info_of(storage.get());
+  // A numpy array owns its bytes and always names its dtype.
+  const DTypeInfo* declared = storage->owned ? dtype_object_info(t.dtype ? t.dtype->name : "") : table_.info_of(storage.get());
   if (!declared) throw Error(what + ": storage '" + storage->key + "' was not loaded from this file");
   DTypeInfo info = *declared;
   if (t.dtype) {

@@ -18,9 +18,11 @@ struct Storage {
   std::string location;   // "cpu", "cuda:0", ... recorded, never used
   DType dtype = DType::Unknown;
   uint64_t numel = 0;     // elements of `dtype`
-  const uint8_t* data = nullptr;  // points into the mapped file
+  const uint8_t* data = nullptr;  // points into the mapped file, or into `owned`
   uint64_t nbytes = 0;
   bool big_endian = false;
+  // A numpy array's bytes, copied out of the pickle that held them inline.
+  std::shared_ptr<const std::string> owned;
 };
 
 // A tensor as the checkpoint describes it: a strided view of a storage.

@@ -45,6 +45,7 @@ struct ClassInfo {
   std::vector<std::pair<std::string, std::string>> finals;  // hyper-parameters, as attribute text
   bool has_parameters = false, has_buffers = false;
   std::vector<std::string> parameters, buffers;
+  std::vector<std::string> forward;  // the lines of `def forward(...)`, as text
 };
 using ClassTable = std::unordered_map<std::string, ClassInfo>;
 
@@ -137,6 +138,7 @@ bool parse_name_list(std::string_view v, std::vector<std::string>* out) {
 // one code/ file. Method bodies (deeper indentation) are skipped.
 void parse_code(const std::string& qualifier, std::string_view text, const std::string& where, ClassTable& classes) {
   ClassInfo* current = nullptr;
+  bool in_forward = false;
   size_t start = 0;
   while (start < text.size()) {
     size_t end = text.find('\n', start);
@@ -144,8 +146,15 @@ void parse_code(const std::string& qualifier, std::string_view text, const std::
     const std::string_view line = text.substr(start, end - start);
     start = end + 1;
     if (line.empty()) continue;
+    if (current && line.size() > 2 && line[0] == ' ' && line[1] == ' ' && line[2] != ' ') {
+      in_forward = starts_with(line.substr(2), "def forward(");
+    }
+    if (current && in_forward && line[0] == ' ' && current->forward.size() < 4096) {
+      current->forward.emplace_back(line.substr(0, 4096));
+    }
     if (line[0] != ' ') {
       current = nullptr;
+      in_forward = false;
       if (!starts_with(line, "class ")) continue;
       const std::string_view rest = line.substr(6);
       const size_t stop = rest.find_first_of("(:");
@@ -275,6 +284,7 @@ class Walker {
       return;
     }
     record_hyperparameters(state, path, out_);
+    record_class(object, path, out_);
 
     // Own parameters and buffers first, as state_dict() orders them.
     std::unordered_set<std::string> own;
@@ -395,6 +405,7 @@ Checkpoint read_torchscript(const ZipReader& zip, const std::string& path, const
   out.form = "TorchScript archive (" + tree.root->qualified_name() + ")";
   TensorCollector collect(path, table, out);
   Walker(path, classes, collect, out).run(tree.root);
+  if (auto root = classes.find(tree.root->qualified_name()); root != classes.end()) out.script_forward = root->second.forward;
   read_constants(zip, path, big_endian, out);
   return out;
 }

@@ -1,9 +1,23 @@
 // The layer chain: parsed from `--graph "lstm > last > fc"` or inferred from
-// the state dict. An element is a module path (wrapper prefixes stripped) or
-// a built-in op: last, relu, tanh, sigmoid, softmax, identity. An RNN module
-// may carry its nonlinearity: `rnn(relu)` (a state dict does not record it).
+// the state dict (or a TorchScript forward, mapping/script_chain.h).
+//
+//   chain   := element ('>' element)*
+//   element := '(' chain ')' '+' 'input'        a residual skip: the sub-chain's
+//                                               output plus its own input
+//            | NAME ['(' arg (',' arg)* ')']    a module path or a built-in op
+//   arg     := VALUE | KEY '=' VALUE
+//
+// Built-in ops (no weights) are listed in one table (graph.cpp, kBuiltins):
+// last, relu, tanh, sigmoid, softmax, logsoftmax, identity, dropout, gelu |
+// gelu(tanh), silu, elu(alpha=), leaky_relu(slope=), hardtanh(min=,max=),
+// relu6, mean, max. A module takes options: an RNN its nonlinearity
+// (`rnn(relu)`), a Conv1d conv(stride=, padding=N|same|valid|causal,
+// dilation=, groups=, padding_mode=zeros|reflect|replicate), a BatchNorm or
+// LayerNorm (eps=); hyper-parameters a file records need not be written.
 #pragma once
 
+#include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -11,13 +25,30 @@
 
 namespace ferry::conv {
 
-enum class OpKind { Module, Last, ReLU, Tanh, Sigmoid, Softmax, Identity };
+enum class OpKind {
+  Module, Last, ReLU, Tanh, Sigmoid, Softmax, Identity,
+  LogSoftmax, Dropout, GELU, SiLU, ELU, LeakyReLU, Hardtanh, ReLU6, Mean, Max,
+  SkipBegin,  // '(' of a residual: saves the input in slot `slot`
+  SkipEnd,    // ')' '+' 'input': adds slot `slot` back
+};
 
 struct GraphElement {
   OpKind op = OpKind::Module;
   std::string module;   // for OpKind::Module
-  std::string option;   // "relu" / "tanh" for RNN modules, else empty
+  std::string option;   // a positional argument: "relu" / "tanh" for RNN modules, "tanh" for gelu
+  std::map<std::string, std::string> args;  // KEY=VALUE arguments, as written
+  unsigned slot = 0;    // SkipBegin / SkipEnd: nesting depth
 };
+
+// The built-in op named `name` (OpKind::Module when none is).
+OpKind builtin_op(const std::string& name);
+// The --graph name of a built-in op.
+const char* builtin_name(OpKind op);
+
+// The built-in op a weightless module of the file stands for (its recorded
+// class: a whole module's or TorchScript's nn.ReLU, nn.LeakyReLU(0.2), ...),
+// with the options it records; nullopt for any other module.
+std::optional<GraphElement> recorded_activation(const Checkpoint& checkpoint, const std::string& path);
 
 // Parses a chain spec; throws Error naming the bad element.
 std::vector<GraphElement> parse_graph(const std::string& spec);

@@ -1,6 +1,7 @@
 #include "mapping/modules.h"
 
 #include <algorithm>
+#include <initializer_list>
 #include <set>
 #include <sstream>
 
@@ -132,6 +133,72 @@ void classify_linear(Module& m) {
   }
 }
 
+// Parameters other than `allowed` are an error naming the module kind.
+void expect_only(const Module& m, const char* kind, std::initializer_list<const char*> allowed) {
+  for (const auto& [name, t] : m.params) {
+    bool ok = false;
+    for (const char* a : allowed) ok = ok || name == a;
+    if (!ok) throw Error("tensor '" + t->name + "' does not belong to " + kind + " module '" + m.path + "'");
+  }
+}
+
+// nn.Conv1d: weight [out, in/groups, kernel], bias [out]. groups (so the
+// input width) is decided by the chain (plan/planner.cpp).
+void classify_conv(Module& m) {
+  m.type = ModuleType::Conv1d;
+  const TensorRef* w = m.params.at("weight");
+  m.out_features = dim(w, 0);
+  m.in_per_group = dim(w, 1);
+  m.kernel_size = dim(w, 2);
+  m.has_bias = m.params.count("bias") != 0;
+  if (m.has_bias) expect_shape(m, "bias", {m.out_features});
+  expect_only(m, "Conv1d", {"weight", "bias"});
+}
+
+// nn.BatchNorm1d: running_mean, running_var [F]; weight, bias [F] when affine.
+void classify_batchnorm(Module& m) {
+  m.type = ModuleType::BatchNorm;
+  m.features = dim(m.params.at("running_mean"), 0);
+  m.has_weight = m.params.count("weight") != 0;
+  m.has_bias = m.params.count("bias") != 0;
+  if (m.has_weight != m.has_bias) {
+    throw Error("module '" + m.path + "' (BatchNorm1d): has " + (m.has_weight ? "weight" : "bias") +
+                " without " + (m.has_weight ? "bias" : "weight"));
+  }
+  expect_shape(m, "running_mean", {m.features});
+  expect_shape(m, "running_var", {m.features});
+  if (m.has_weight) {
+    expect_shape(m, "weight", {m.features});
+    expect_shape(m, "bias", {m.features});
+  }
+  expect_only(m, "BatchNorm1d", {"weight", "bias", "running_mean", "running_var"});
+}
+
+// nn.LayerNorm over the last axis: weight, bias [F]; nn.PReLU: weight [1] or [F].
+void classify_per_feature(Module& m, ModuleType type) {
+  m.type = type;
+  const TensorRef* w = m.param("weight");
+  const TensorRef* b = m.param("bias");
+  m.features = dim(w ? w : b, 0);
+  m.has_weight = w != nullptr;
+  m.has_bias = b != nullptr;
+  if (w) expect_shape(m, "weight", {m.features});
+  if (b) expect_shape(m, "bias", {m.features});
+  if (type == ModuleType::PReLU) {
+    if (!w) throw Error("module '" + m.path + "' (PReLU) lacks its weight");
+    expect_only(m, "PReLU", {"weight"});
+  } else {
+    expect_only(m, "LayerNorm", {"weight", "bias"});
+  }
+}
+
+bool has_only_1d(const Module& m) {
+  if (m.params.empty()) return false;
+  for (const auto& [name, t] : m.params)
+    if ((name != "weight" && name != "bias") || t->shape.size() != 1) return false;
+  return true;
+}
+
 // A Linear module has exactly a 2-D `weight` and optionally `bias`; anything
 // else with a `weight` (BatchNorm, LayerNorm, ...) is not a layer ferry runs.
 bool looks_linear(const Module& m) {
@@ -144,8 +211,15 @@ bool looks_linear(const Module& m) {
 
 }  // namespace
 
+const TensorRef* Module::param(const std::string& name) const {
+  auto it = params.find(name);
+  return it == params.end() ? nullptr : it->second;
+}
+
 uint32_t Module::output_size() const {
-  if (type == ModuleType::Linear) return out_features;
+  if (type == ModuleType::Linear || type == ModuleType::Conv1d) return out_features;
+  if (type == ModuleType::BatchNorm || type == ModuleType::LayerNorm) return features;
+  if (type == ModuleType::PReLU) return 0;  // the chain's width
   return (bidirectional ? 2 : 1) * (proj_size ? proj_size : hidden_size);
 }
 
@@ -154,6 +228,23 @@ std::string Module::describe() const {
   if (type == ModuleType::Linear) {
     s << "Linear(" << in_features << ", " << out_features << (has_bias ? "" : ", bias=False") << ")";
     return s.str();
+  }
+  switch (type) {
+    case ModuleType::Conv1d:
+      s << "Conv1d(" << out_features << " out, " << in_per_group << " in per group, kernel_size=" << kernel_size
+        << (has_bias ? "" : ", bias=False") << ")";
+      return s.str();
+    case ModuleType::BatchNorm:
+      s << "BatchNorm1d(" << features << (has_weight ? "" : ", affine=False") << ")";
+      return s.str();
+    case ModuleType::LayerNorm:
+      s << "LayerNorm(" << features << (has_weight ? "" : ", no weight") << (has_bias ? "" : ", no bias") << ")";
+      return s.str();
+    case ModuleType::PReLU:
+      s << "PReLU(" << features << ")";
+      return s.str();
+    default:
+      break;
   }
   s << pytorch_class_name(kind) << (is_cell ? "Cell(" : "(") << input_size << ", " << hidden_size;
   if (!is_cell && num_layers != 1) s << ", num_layers=" << num_layers;
@@ -200,10 +291,22 @@ ModuleSet group_modules(const Checkpoint& checkpoint) {
   }
   std::vector<Module> kept;
   for (Module& m : set.modules) {
+    auto cls = checkpoint.attributes.find(attribute_key(m.path, kClassAttribute));
+    if (cls != checkpoint.attributes.end()) m.class_name = cls->second;
+    const TensorRef* w = m.param("weight");
     if (m.params.count("weight_ih_l0") || m.params.count("weight_ih")) {
       classify_recurrent(m);
     } else if (looks_linear(m)) {
       classify_linear(m);
+    } else if (w && w->shape.size() == 3) {
+      classify_conv(m);
+    } else if (m.params.count("running_mean") && m.params.count("running_var")) {
+      classify_batchnorm(m);
+    } else if (has_only_1d(m)) {
+      // weight + bias: LayerNorm; a weight alone: PReLU (a LayerNorm(bias=False)
+      // is told apart only by its recorded class).
+      const bool prelu = m.class_name.empty() ? !m.params.count("bias") : m.class_name == "PReLU";
+      classify_per_feature(m, prelu ? ModuleType::PReLU : ModuleType::LayerNorm);
     } else {
       // Not a layer ferry runs (e.g. BatchNorm running stats, an embedding
       // table without a weight name we know): listed, never silently dropped.

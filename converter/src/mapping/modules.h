@@ -1,6 +1,8 @@
 // State-dict → modules: groups the checkpoint's tensors by module path (after
 // wrapper prefixes are stripped), recognises each module as LSTM / GRU / RNN
-// (or their Cell forms) or Linear from its parameter names and shapes, and
+// (or their Cell forms), Linear, Conv1d, BatchNorm1d, LayerNorm or PReLU from
+// its parameter names and shapes (and the class a whole module or TorchScript
+// archive records, where one of those is ambiguous), and
 // checks every shape against the module's hyper-parameters. Tensors that are
 // not model parameters are listed as ignored with the reason; a tensor that
 // does not fit its module is an error naming both.
@@ -17,7 +19,10 @@
 
 namespace ferry::conv {
 
-enum class ModuleType { Recurrent, Linear };
+// Embedding is not told apart here: its [num_embeddings, dim] weight looks
+// like a Linear without bias, and only its place in the chain (or a recorded
+// class) says which it is (plan/planner.cpp).
+enum class ModuleType { Recurrent, Linear, Conv1d, BatchNorm, LayerNorm, PReLU };
 
 // How --graph names the root module: a state dict saved from a bare layer
 // (`torch.save(nn.LSTM(...).state_dict())`) has keys with no module path.
@@ -38,11 +43,20 @@ struct Module {
   uint32_t in_features = 0;
   uint32_t out_features = 0;
   bool has_bias = false;
+  // Conv1d: weight [out_features, in_per_group, kernel_size].
+  uint32_t in_per_group = 0, kernel_size = 0;
+  // BatchNorm, LayerNorm, PReLU: features (PReLU: 1 for a single weight).
+  uint32_t features = 0;
+  bool has_weight = false;
+  // The class a whole module / TorchScript archive records ("Conv1d"), else "".
+  std::string class_name;
   // Parameter name within the module ("weight_ih_l0", "weight") → tensor.
   std::map<std::string, const TensorRef*> params;
 
-  uint32_t output_size() const;  // D * H_out, or out_features
+  uint32_t output_size() const;  // D * H_out, out_features, or features
   std::string describe() const;  // "LSTM(16, 64, num_layers=2)" etc.
+  // The parameter `name`, or null.
+  const TensorRef* param(const std::string& name) const;
 };
 
 struct ModuleSet {

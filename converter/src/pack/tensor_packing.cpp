@@ -23,7 +23,7 @@ CellKind cell_kind(LayerOp op) {
 std::vector<StoredForm> stored_forms(const ModelPlan& plan) {
   std::vector<StoredForm> out(plan.tensors.size());
   std::vector<bool> seen(plan.tensors.size(), false);
-  const auto use = [&](int index, uint32_t gates) {
+  const auto use = [&](int index, uint32_t gates, uint32_t blocks = 1) {
     if (index < 0) return;
     const size_t i = static_cast<size_t>(index);
     if (i >= out.size()) throw Error("internal: tensor index " + std::to_string(index) + " out of range");
@@ -34,6 +34,7 @@ std::vector<StoredForm> stored_forms(const ModelPlan& plan) {
     seen[i] = true;
     out[i].panel8 = true;
     out[i].gates = gates;
+    out[i].blocks = blocks;
   };
   for (const LayerPlan& l : plan.layers) {
     const CellKind kind = cell_kind(l.op);
@@ -45,19 +46,26 @@ std::vector<StoredForm> stored_forms(const ModelPlan& plan) {
       use(c.b_hn, gates(Role::kGruHiddenBias));
       use(c.w_hr, gates(Role::kProjection));
     }
-    use(l.weight, gates(Role::kLinearWeight));
-    use(l.bias, gates(Role::kLinearBias));
+    if (l.op == LayerOp::Linear) {
+      use(l.weight, gates(Role::kLinearWeight));
+      use(l.bias, gates(Role::kLinearBias));
+    } else if (l.op == LayerOp::Conv1d) {
+      use(l.weight, gates(Role::kLinearWeight), l.groups);
+      use(l.bias, gates(Role::kLinearBias), l.groups);
+    }
   }
   for (size_t i = 0; i < out.size(); ++i) {
     const TensorPlan& t = plan.tensors[i];
     out[i].elements = t.numel();
     if (!out[i].panel8) continue;
-    if (t.shape.empty() || t.shape.size() > 2 || t.shape[0] % out[i].gates != 0) {
-      throw Error("internal: tensor '" + t.name + "' does not split into " + std::to_string(out[i].gates) + " gates");
+    if (t.shape.empty() || t.shape.size() > 3 || out[i].blocks == 0 || t.shape[0] % (out[i].gates * out[i].blocks) != 0) {
+      throw Error("internal: tensor '" + t.name + "' does not split into " + std::to_string(out[i].gates) +
+                  " gates of " + std::to_string(out[i].blocks) + " blocks");
     }
-    const uint32_t units = t.shape[0] / out[i].gates;
-    const uint64_t cols = t.shape.size() == 2 ? t.shape[1] : 1;
-    out[i].elements = layout::panel8_elements(out[i].gates, units, cols);
+    const uint32_t units = t.shape[0] / out[i].gates / out[i].blocks;
+    uint64_t cols = 1;
+    for (size_t d = 1; d < t.shape.size(); ++d) cols *= t.shape[d];
+    out[i].elements = layout::panel8_elements(out[i].gates, units, cols) * out[i].blocks;
   }
   return out;
 }
@@ -78,9 +86,25 @@ void pack_tensor(const TensorPlan& t, const StoredForm& form, std::vector<float>
     }
     return;
   }
+  if (form.blocks > 1) {
+    // Each block a matrix of its own: rows [b*rows, (b+1)*rows) of the tensor.
+    const uint64_t rows = t.shape[0] / form.blocks, cols = t.numel() / t.shape[0];
+    for (uint32_t b = 0; b < form.blocks; ++b) {
+      TensorPlan block;
+      block.name = t.name;
+      block.shape = {static_cast<uint32_t>(rows), static_cast<uint32_t>(cols)};
+      const uint64_t first = b * rows * cols;
+      block.fill = [&t, first](float* dst, uint64_t begin, uint64_t count) { t.fill(dst, first + begin, count); };
+      StoredForm one = form;
+      one.blocks = 1;
+      pack_tensor(block, one, scratch, sink);
+    }
+    return;
+  }
   constexpr uint32_t kPanel = layout::kPanel;
   const uint32_t G = form.gates, H = t.shape[0] / G;
-  const uint64_t K = t.shape.size() == 2 ? t.shape[1] : 1;
+  uint64_t K = 1;
+  for (size_t d = 1; d < t.shape.size(); ++d) K *= t.shape[d];
   if (G > layout::kMaxGates) throw Error("internal: tensor '" + t.name + "': more than 4 gates");
   const uint64_t panels = layout::panels_of(H), panel_floats = layout::panel8_panel_elements(G, K);
   const uint64_t per_slab = std::max<uint64_t>(1, kChunk / panel_floats);

@@ -8,7 +8,10 @@
 // index come from runtime/src/shared/weight_layout.h, the definition the
 // runtime reads the file with; G follows from the role a tensor plays in its
 // layer (the cell's w_ih, w_hh and bias have the module's gates, every other
-// tensor one).
+// tensor one). A Conv1d's weight [out, in/groups, kernel] is `groups` matrices
+// [out/groups, (in/groups)*kernel], its bias `groups` vectors, each packed on
+// its own. Per-feature parameters (BatchNorm, LayerNorm, PReLU) and an
+// Embedding's table stay RowMajor: no kernel streams them in panels.
 #pragma once
 
 #include <cstdint>
@@ -22,6 +25,8 @@ namespace ferry::conv {
 struct StoredForm {
   bool panel8 = false;   // Panel8, else RowMajor
   uint32_t gates = 1;    // G (Panel8)
+  uint32_t blocks = 1;   // Panel8: matrices stacked along dim 0, each packed (and padded) on its own
+                         // (a grouped Conv1d: one per group)
   uint64_t elements = 0; // stored: the logical count, or padded to whole panels
 };
 

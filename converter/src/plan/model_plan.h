@@ -40,7 +40,15 @@ struct CellPlan {
   int w_ih = -1, w_hh = -1, bias = -1, b_hn = -1, w_hr = -1;
 };
 
-enum class LayerOp { LSTM, GRU, RNN_TANH, RNN_RELU, Linear, Last, ReLU, Tanh, Sigmoid, Softmax, Identity };
+// The schema's LayerKind, value for value (writer/metadata.cpp checks it).
+enum class LayerOp {
+  LSTM, GRU, RNN_TANH, RNN_RELU, Linear, Last, ReLU, Tanh, Sigmoid, Softmax, Identity,
+  // (format 1.2)
+  Conv1d, BatchNorm, LayerNorm, PReLU, LeakyReLU, ELU, GELU, SiLU, Hardtanh, LogSoftmax, MeanPool, MaxPool,
+  Embedding, Save, Add,
+};
+
+enum class PaddingMode { Zeros, Reflect, Replicate };
 
 // One element of the chain.
 struct LayerPlan {
@@ -50,7 +58,14 @@ struct LayerPlan {
   uint32_t hidden_size = 0, proj_size = 0, num_layers = 0;  // recurrent
   bool bidirectional = false;
   std::vector<CellPlan> cells;  // index k * D + d
-  int weight = -1, bias = -1;   // Linear
+  int weight = -1, bias = -1;   // Linear, Conv1d, BatchNorm (scale, shift), LayerNorm, PReLU, Embedding
+  // Conv1d (weight [out, in/groups, kernel]).
+  uint32_t kernel_size = 0, stride = 1, dilation = 1, groups = 1, pad_left = 0, pad_right = 0;
+  PaddingMode padding_mode = PaddingMode::Zeros;
+  // LayerNorm eps; LeakyReLU slope, ELU alpha, Hardtanh min (alpha) and max (beta); GELU's tanh form.
+  float eps = 0, alpha = 0, beta = 0;
+  bool approximate_tanh = false;
+  uint32_t slot = 0;  // Save / Add
 };
 
 // Provenance: where a state-dict entry went.
@@ -80,6 +95,9 @@ struct ModelPlan {
   uint32_t input_size = 0;
   uint32_t output_size = 0;
   bool output_is_sequence = false;
+  bool channels_first = false;   // [B,F,T] input and sequence output
+  bool time_axis = false;        // written only where no layer implies it (a per-step Linear chain)
+  bool input_is_tokens = false;  // int32 token ids into a first Embedding
   // Provenance.
   std::string source_file, source_sha256, source_format, converter_version;
   // If set, the writer calls it for source_sha256 once the weights are

@@ -1,6 +1,12 @@
 #include "plan/planner.h"
 
+#include <cerrno>
+#include <cmath>
+#include <initializer_list>
+#include <optional>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <set>
 
 #include "error.h"
@@ -58,7 +64,7 @@ class PlanBuilder {
     return add(std::move(tp));
   }
 
-  // A tensor computed from others (folded biases).
+  // A tensor computed from others (folded biases, BatchNorm scale and shift).
   int computed(const std::string& name, uint32_t size, std::function<std::vector<float>()> make) {
     TensorPlan tp;
     tp.name = name;
@@ -77,6 +83,8 @@ class PlanBuilder {
   }
 
   bool used(const std::string& key) const { return used_.count(key) != 0; }
+
+  ModelPlan& plan() { return plan_; }
 
  private:
   int add(TensorPlan tp) {
@@ -140,6 +148,546 @@ void add_recurrent(PlanBuilder& b, LayerPlan& l, const Module& m, int li) {
 
 }  // namespace
 
+namespace {
+
+// ------------------------------------------------------ hyper-parameters --
+// A module option: from --graph (`conv(stride=2)`), else what the file
+// records (whole modules, TorchScript), else nothing.
+struct Options {
+  const GraphElement& element;
+  const Checkpoint& checkpoint;
+  const std::string& path;   // the module's path ("" for the root)
+  std::string where;         // "--graph element 2 'conv(stride=2)'"
+
+  // The value and where it came from ("--graph" / "the file").
+  std::optional<std::pair<std::string, std::string>> get(const std::string& graph_key,
+                                                         const std::string& attribute) const {
+    auto a = element.args.find(graph_key);
+    if (a != element.args.end()) return std::make_pair(a->second, std::string("--graph"));
+    if (attribute.empty()) return std::nullopt;
+    auto r = checkpoint.attributes.find(attribute_key(path, attribute));
+    if (r != checkpoint.attributes.end()) return std::make_pair(r->second, std::string("the file"));
+    return std::nullopt;
+  }
+
+  // "3", "(3,)", "[3]" -> 3.
+  std::optional<int64_t> integer(const std::string& graph_key, const std::string& attribute) const {
+    auto v = get(graph_key, attribute);
+    if (!v) return std::nullopt;
+    std::string t;
+    for (char c : v->first)
+      if (c != '(' && c != ')' && c != '[' && c != ']' && c != ' ') t += c;
+    if (!t.empty() && t.back() == ',') t.pop_back();
+    char* end = nullptr;
+    errno = 0;
+    const long long n = t.empty() ? 0 : std::strtoll(t.c_str(), &end, 10);
+    if (t.empty() || *end != '\0' || errno != 0) {
+      throw Error(where + ": " + graph_key + "=" + v->first + " (from " + v->second + ") is not an integer");
+    }
+    return n;
+  }
+
+  uint32_t positive(const std::string& graph_key, const std::string& attribute, uint32_t fallback) const {
+    const auto n = integer(graph_key, attribute);
+    if (!n) return fallback;
+    if (*n < 1 || *n > (1 << 20)) {
+      throw Error(where + ": " + graph_key + " " + std::to_string(*n) + " must be a positive integer (at most 2^20)");
+    }
+    return static_cast<uint32_t>(*n);
+  }
+
+  std::optional<double> real(const std::string& graph_key, const std::string& attribute) const {
+    auto v = get(graph_key, attribute);
+    if (!v) return std::nullopt;
+    char* end = nullptr;
+    const double x = std::strtod(v->first.c_str(), &end);
+    if (v->first.empty() || *end != '\0' || !std::isfinite(x)) {
+      throw Error(where + ": " + graph_key + "=" + v->first + " (from " + v->second + ") is not a finite number");
+    }
+    return x;
+  }
+
+  // Refuses --graph keys the element does not take.
+  void only(std::initializer_list<const char*> keys, const char* what) const {
+    for (const auto& [k, v] : element.args) {
+      bool ok = false;
+      for (const char* key : keys) ok = ok || k == key;
+      if (!ok) {
+        std::string list;
+        for (const char* key : keys) list += (list.empty() ? "" : ", ") + std::string(key) + "=";
+        throw Error(where + ": " + what + " takes " + (list.empty() ? std::string("no options") : list) +
+                    " (not " + k + "=)");
+      }
+    }
+  }
+};
+
+// The input width a module takes, where its weights say it alone.
+std::optional<uint32_t> module_input(const Module& m) {
+  switch (m.type) {
+    case ModuleType::Recurrent: return m.input_size;
+    case ModuleType::Linear: return m.in_features;
+    case ModuleType::BatchNorm: case ModuleType::LayerNorm: return m.features;
+    case ModuleType::Conv1d: return std::nullopt;  // in/groups * groups
+    case ModuleType::PReLU: return m.features > 1 ? std::optional<uint32_t>(m.features) : std::nullopt;
+  }
+  return std::nullopt;
+}
+
+// ------------------------------------------------------------ the chain --
+class ChainPlanner {
+ public:
+  ChainPlanner(const Checkpoint& checkpoint, const ModuleSet& modules, PlanBuilder& b, PlanResult& r)
+      : checkpoint_(checkpoint), modules_(modules), b_(b), r_(r), plan_(r.plan) {}
+
+  void run(const std::vector<GraphElement>& chain, bool time_axis) {
+    chain_ = &chain;
+    time_axis_ = time_axis;
+    for (i_ = 0; i_ < chain.size(); ++i_) {
+      const GraphElement& e = chain[i_];
+      where_ = "--graph element " + std::to_string(i_ + 1) + " '" + format_graph({e}) + "'";
+      if (e.op == OpKind::Module) {
+        const Module* m = modules_.find(e.module);
+        if (!m) {
+          if (auto act = recorded_activation(checkpoint_, e.module == kRootModuleName ? "" : e.module)) {
+            for (const auto& kv : e.args) act->args[kv.first] = kv.second;  // --graph overrides the file
+            builtin(*act, e.module);
+            continue;
+          }
+          std::string names;
+          for (const Module& mm : modules_.modules) names += (names.empty() ? "" : ", ") + (mm.path.empty() ? std::string(kRootModuleName) : mm.path);
+          throw Error(where_ + ": no such module in the checkpoint (modules: " + (names.empty() ? "none" : names) +
+                      "; built-in ops: last, relu, tanh, sigmoid, softmax, logsoftmax, identity, dropout, gelu, "
+                      "silu, elu, leaky_relu, hardtanh, relu6, mean, max)");
+        }
+        if (!used_modules_.insert(m->path).second) {
+          throw Error(where_ + ": module '" + m->path + "' appears twice in the chain");
+        }
+        module(e, *m);
+      } else if (e.op == OpKind::SkipBegin || e.op == OpKind::SkipEnd) {
+        skip(e);
+      } else {
+        builtin(e, builtin_name(e.op));
+      }
+    }
+    if (!skips_.empty()) throw Error("--graph: a residual skip is not closed");
+  }
+
+  uint32_t width() const { return width_; }
+  bool time_axis() const { return time_axis_; }
+  bool collapsed() const { return collapsed_; }
+
+ private:
+  LayerPlan& push(LayerOp op, const std::string& name, uint32_t in, uint32_t out) {
+    plan_.layers.emplace_back();
+    LayerPlan& l = plan_.layers.back();
+    l.op = op;
+    l.name = name;
+    l.input_size = in;
+    l.output_size = out;
+    return l;
+  }
+  int li() const { return static_cast<int>(plan_.layers.size()); }
+
+  // The first module fixes the model's input width; later ones must take the chain's.
+  void take(uint32_t in, const Module& m) {
+    if (!started_) {
+      started_ = true;
+      width_ = in;
+      plan_.input_size = in;
+      for (uint32_t s : pending_saves_) plan_.layers[s].input_size = plan_.layers[s].output_size = in;
+      for (auto& sk : skips_) sk.width = in;
+      pending_saves_.clear();
+    } else if (in != width_) {
+      throw Error(where_ + ": " + m.describe() + " takes " + std::to_string(in) + " features, but the chain before it gives " +
+                  std::to_string(width_));
+    }
+  }
+
+  void need_start(const char* what) const {
+    if (!started_) throw Error(where_ + ": the chain must start with a module (its input size is the model's), not " + what);
+  }
+
+  bool is_embedding(const Module& m) const {
+    if (m.type != ModuleType::Linear || m.has_bias) return false;
+    if (!m.class_name.empty()) return m.class_name == "Embedding";
+    if (started_ || !plan_.layers.empty()) return false;  // an Embedding is the model's first layer
+    // [num_embeddings, dim] vs Linear's [out, in]: the next module takes dim (shape[1]), not out (shape[0]).
+    for (size_t j = i_ + 1; j < chain_->size(); ++j) {
+      const GraphElement& next = (*chain_)[j];
+      if (next.op != OpKind::Module) continue;
+      const Module* n = modules_.find(next.module);
+      if (!n) return false;
+      const auto in = module_input(*n);
+      return in && *in == m.in_features && m.in_features != m.out_features;
+    }
+    return false;
+  }
+
+  void module(const GraphElement& e, const Module& m) {
+    const Options opt{e, checkpoint_, m.path, where_};
+    const std::string name = m.path.empty() ? kRootModuleName : m.path;
+    if (m.type != ModuleType::Recurrent && !e.option.empty()) {
+      throw Error(where_ + ": (" + e.option + ") applies to RNN modules only");
+    }
+    switch (m.type) {
+      case ModuleType::Recurrent: return recurrent(e, m, name);
+      case ModuleType::Linear:
+        opt.only({}, "a Linear module");
+        if (is_embedding(m)) return embedding(m, name);
+        return linear(m, name);
+      case ModuleType::Conv1d: return conv(opt, m, name);
+      case ModuleType::BatchNorm: return batchnorm(opt, m, name);
+      case ModuleType::LayerNorm: case ModuleType::PReLU: return per_feature(opt, m, name);
+    }
+  }
+
+  void recurrent(const GraphElement& e, const Module& m, const std::string& name) {
+    if (!e.args.empty()) throw Error(where_ + ": a recurrent module takes only (relu) or (tanh), for an RNN");
+    take(m.input_size, m);
+    if (collapsed_) throw Error(where_ + ": a recurrent layer after `last` has no time axis to run over");
+    std::string nonlinearity = e.option;
+    if (m.kind == CellKind::kRnn) {
+      auto nl = checkpoint_.attributes.find(attribute_key(m.path, "nonlinearity"));
+      if (nonlinearity.empty() && nl != checkpoint_.attributes.end()) nonlinearity = nl->second;
+      if (nonlinearity.empty()) {
+        nonlinearity = "tanh";
+        r_.notes.push_back("RNN '" + m.path + "': a state dict does not record the nonlinearity; "
+                           "assuming tanh (write '" + m.path + "(relu)' in --graph for relu)");
+      }
+      if (nonlinearity != "relu" && nonlinearity != "tanh") {
+        throw Error(where_ + ": the option must be (relu) or (tanh), for an RNN");
+      }
+    } else if (!e.option.empty()) {
+      throw Error(where_ + ": (" + e.option + ") applies to RNN modules only");
+    }
+    const int index = li();
+    LayerPlan& l = push(recurrent_op(m, nonlinearity), name, m.input_size, m.output_size());
+    l.hidden_size = m.hidden_size;
+    l.proj_size = m.proj_size;
+    l.num_layers = m.num_layers;
+    l.bidirectional = m.bidirectional;
+    add_recurrent(b_, l, m, index);
+    time_axis_ = true;
+    width_ = m.output_size();
+  }
+
+  void linear(const Module& m, const std::string& name) {
+    take(m.in_features, m);
+    const int index = li();
+    const int w = b_.copy(*m.params.at("weight"), m.path + ".weight", index, "weight");
+    const int bias = m.has_bias ? b_.copy(*m.params.at("bias"), m.path + ".bias", index, "bias") : -1;
+    LayerPlan& l = push(LayerOp::Linear, name, m.in_features, m.out_features);
+    l.weight = w;
+    l.bias = bias;
+    width_ = m.out_features;
+  }
+
+  void embedding(const Module& m, const std::string& name) {
+    // Token ids in: the model's input is one id per step.
+    started_ = true;
+    plan_.input_size = 1;
+    plan_.input_is_tokens = true;
+    const int index = li();
+    const int w = b_.copy(*m.params.at("weight"), m.path + ".weight", index, "weight (embedding table)");
+    LayerPlan& l = push(LayerOp::Embedding, name, m.out_features, m.in_features);
+    l.weight = w;
+    width_ = m.in_features;
+    time_axis_ = true;
+  }
+
+  void conv(const Options& opt, const Module& m, const std::string& name) {
+    opt.only({"stride", "padding", "dilation", "groups", "padding_mode"}, "a Conv1d module");
+    if (collapsed_) throw Error(where_ + ": a Conv1d after `last` / pooling has no time axis to run over");
+    uint32_t groups = opt.positive("groups", "groups", 0);
+    if (groups == 0) {
+      if (started_) {
+        if (width_ % m.in_per_group != 0) {
+          throw Error(where_ + ": " + m.describe() + " takes a multiple of " + std::to_string(m.in_per_group) +
+                      " channels, but the chain before it gives " + std::to_string(width_));
+        }
+        groups = width_ / m.in_per_group;
+      } else {
+        groups = 1;
+        if (m.in_per_group != 0) {
+          r_.notes.push_back("Conv1d '" + m.path + "': a state dict does not record groups; assuming 1 (" +
+                             std::to_string(m.in_per_group) + " input channels; write '" + name +
+                             "(groups=N)' in --graph for a grouped or depthwise first layer)");
+        }
+      }
+    }
+    if (m.out_features % groups != 0) {
+      throw Error(where_ + ": groups " + std::to_string(groups) + " does not divide the " +
+                  std::to_string(m.out_features) + " output channels of " + m.describe());
+    }
+    const uint64_t in64 = uint64_t{m.in_per_group} * groups;
+    if (in64 > (1u << 20)) throw Error(where_ + ": groups " + std::to_string(groups) + " too large");
+    const uint32_t in = static_cast<uint32_t>(in64);
+    take(in, m);
+    if (auto k = opt.integer("", "kernel_size"); k && *k != m.kernel_size) {
+      throw Error(where_ + ": the file records kernel_size " + std::to_string(*k) + ", but '" + m.path +
+                  ".weight' has " + std::to_string(m.kernel_size));
+    }
+    const uint32_t stride = opt.positive("stride", "stride", 1);
+    const uint32_t dilation = opt.positive("dilation", "dilation", 1);
+    const uint64_t span = uint64_t{dilation} * (m.kernel_size - 1);
+    if (span > (1u << 20)) throw Error(where_ + ": dilation x (kernel_size - 1) = " + std::to_string(span) + " is too long");
+    uint32_t left = 0, right = 0;
+    if (auto p = opt.get("padding", "padding")) {
+      const std::string& v = p->first;
+      if (v == "same") {
+        if (stride != 1) throw Error(where_ + ": padding=same needs stride 1 (PyTorch refuses it too)");
+        left = static_cast<uint32_t>(span / 2);
+        right = static_cast<uint32_t>(span - left);
+      } else if (v == "causal") {
+        left = static_cast<uint32_t>(span);
+      } else if (v != "valid") {
+        const auto n = opt.integer("padding", "padding");
+        if (*n < 0 || *n > (1 << 20)) {
+          throw Error(where_ + ": padding " + std::to_string(*n) + " must be 0..2^20, same, valid or causal");
+        }
+        left = right = static_cast<uint32_t>(*n);
+      }
+    }
+    PaddingMode mode = PaddingMode::Zeros;
+    if (auto pm = opt.get("padding_mode", "padding_mode")) {
+      if (pm->first == "zeros") mode = PaddingMode::Zeros;
+      else if (pm->first == "reflect") mode = PaddingMode::Reflect;
+      else if (pm->first == "replicate") mode = PaddingMode::Replicate;
+      else throw Error(where_ + ": padding_mode '" + pm->first + "' (from " + pm->second +
+                       ") is not one of zeros, reflect, replicate (circular is not supported)");
+    }
+    const int index = li();
+    const int w = b_.copy(*m.params.at("weight"), m.path + ".weight", index, "weight");
+    const int bias = m.has_bias ? b_.copy(*m.params.at("bias"), m.path + ".bias", index, "bias") : -1;
+    LayerPlan& l = push(LayerOp::Conv1d, name, in, m.out_features);
+    l.weight = w;
+    l.bias = bias;
+    l.kernel_size = m.kernel_size;
+    l.stride = stride;
+    l.dilation = dilation;
+    l.groups = groups;
+    l.pad_left = left;
+    l.pad_right = right;
+    l.padding_mode = mode;
+    if (stride != 1 || uint64_t{left} + right != span) {
+      for (auto& sk : skips_) sk.steps_changed = true;
+    }
+    width_ = m.out_features;
+    time_axis_ = true;
+  }
+
+  // BatchNorm1d in eval mode: y = (x - mean) / sqrt(var + eps) * gamma + beta
+  // = x * scale + shift. Folded into a Linear or Conv1d right before it
+  // (W' = scale[o] W[o], b' = scale b + shift), else a layer of its own.
+  void batchnorm(const Options& opt, const Module& m, const std::string& name) {
+    opt.only({"eps"}, "a BatchNorm module");
+    if (auto t = checkpoint_.attributes.find(attribute_key(m.path, "track_running_stats"));
+        t != checkpoint_.attributes.end() && t->second == "false") {
+      throw Error(where_ + ": BatchNorm1d '" + m.path + "' has track_running_stats=False: it normalises with the "
+                  "statistics of each batch, which a streaming runtime does not have");
+    }
+    take(m.features, m);
+    const double eps = opt.real("eps", "eps").value_or(1e-5);
+    if (!(eps >= 0)) throw Error(where_ + ": eps must be >= 0");
+    const TensorRef* mean = m.param("running_mean");
+    const TensorRef* var = m.param("running_var");
+    const TensorRef* gamma = m.param("weight");
+    const TensorRef* beta = m.param("bias");
+    struct Folded {
+      std::vector<double> scale, shift;
+    };
+    auto folded = std::make_shared<std::optional<Folded>>();
+    auto get = [folded, mean, var, gamma, beta, eps]() -> const Folded& {
+      if (!*folded) {
+        const std::vector<float> mu = to_float32(*mean), v = to_float32(*var);
+        const std::vector<float> g = gamma ? to_float32(*gamma) : std::vector<float>(mu.size(), 1.0f);
+        const std::vector<float> bb = beta ? to_float32(*beta) : std::vector<float>(mu.size(), 0.0f);
+        Folded f;
+        for (size_t i = 0; i < mu.size(); ++i) {
+          const double s = double{g[i]} / std::sqrt(double{v[i]} + eps);
+          f.scale.push_back(s);
+          f.shift.push_back(double{bb[i]} - double{mu[i]} * s);
+        }
+        *folded = std::move(f);
+      }
+      return **folded;
+    };
+    const uint32_t n = m.features;
+    LayerPlan* prev = plan_.layers.empty() ? nullptr : &plan_.layers.back();
+    const bool fold = prev && (prev->op == LayerOp::Linear || prev->op == LayerOp::Conv1d) && prev->output_size == n;
+    if (fold) {
+      const int target = li() - 1;
+      TensorPlan& w = plan_.tensors[static_cast<size_t>(prev->weight)];
+      const uint64_t cols = w.numel() / n;
+      auto old = std::move(w.fill);
+      w.fill = [old, get, cols](float* dst, uint64_t begin, uint64_t count) {
+        old(dst, begin, count);
+        const Folded& f = get();
+        for (uint64_t i = 0; i < count; ++i) dst[i] = static_cast<float>(dst[i] * f.scale[(begin + i) / cols]);
+      };
+      w.source_offset = -1;
+      w.name += " (BatchNorm '" + m.path + "' folded)";
+      if (prev->bias >= 0) {
+        TensorPlan& bt = plan_.tensors[static_cast<size_t>(prev->bias)];
+        auto old_b = std::move(bt.fill);
+        bt.fill = [old_b, get](float* dst, uint64_t begin, uint64_t count) {
+          old_b(dst, begin, count);
+          const Folded& f = get();
+          for (uint64_t i = 0; i < count; ++i)
+            dst[i] = static_cast<float>(dst[i] * f.scale[begin + i] + f.shift[begin + i]);
+        };
+        bt.source_offset = -1;
+        bt.name += " (BatchNorm '" + m.path + "' folded)";
+      } else {
+        prev->bias = b_.computed(prev->name + ".bias (BatchNorm '" + m.path + "' shift)", n, [get] {
+          std::vector<float> v;
+          for (double x : get().shift) v.push_back(static_cast<float>(x));
+          return v;
+        });
+      }
+      for (const TensorRef* t : {mean, var, gamma, beta})
+        if (t) b_.map(t->name, target, "folded into '" + prev->name + "' (BatchNorm eval: scale and shift)");
+      r_.notes.push_back("BatchNorm1d '" + m.path + "' folded into '" + prev->name + "' (eps " +
+                         std::to_string(eps) + ")");
+      return;
+    }
+    const int index = li();
+    const int scale = b_.computed(m.path + ".scale", n, [get] {
+      std::vector<float> v;
+      for (double x : get().scale) v.push_back(static_cast<float>(x));
+      return v;
+    });
+    const int shift = b_.computed(m.path + ".shift", n, [get] {
+      std::vector<float> v;
+      for (double x : get().shift) v.push_back(static_cast<float>(x));
+      return v;
+    });
+    for (const TensorRef* t : {mean, var, gamma, beta})
+      if (t) b_.map(t->name, index, "BatchNorm scale and shift");
+    LayerPlan& l = push(LayerOp::BatchNorm, name, n, n);
+    l.weight = scale;
+    l.bias = shift;
+  }
+
+  void per_feature(const Options& opt, const Module& m, const std::string& name) {
+    const bool prelu = m.type == ModuleType::PReLU;
+    opt.only(prelu ? std::initializer_list<const char*>{} : std::initializer_list<const char*>{"eps"},
+             prelu ? "a PReLU module" : "a LayerNorm module");
+    if (!prelu || m.features > 1) {
+      take(m.features, m);
+    } else {
+      need_start("a PReLU with one weight");
+    }
+    const int index = li();
+    const int w = m.has_weight ? b_.copy(*m.param("weight"), m.path + ".weight", index, "weight") : -1;
+    const int bias = m.has_bias ? b_.copy(*m.param("bias"), m.path + ".bias", index, "bias") : -1;
+    LayerPlan& l = push(prelu ? LayerOp::PReLU : LayerOp::LayerNorm, name, width_, width_);
+    l.weight = w;
+    l.bias = bias;
+    if (!prelu) {
+      const double eps = opt.real("eps", "eps").value_or(1e-5);
+      if (!(eps >= 0)) throw Error(where_ + ": eps must be >= 0");
+      l.eps = static_cast<float>(eps);
+    }
+  }
+
+  float number(const GraphElement& e, const char* key, float fallback) const {
+    auto it = e.args.find(key);
+    if (it == e.args.end()) return fallback;
+    char* end = nullptr;
+    const double x = std::strtod(it->second.c_str(), &end);
+    if (it->second.empty() || *end != '\0' || !std::isfinite(x)) {
+      throw Error(where_ + ": " + key + "=" + it->second + " is not a finite number");
+    }
+    return static_cast<float>(x);
+  }
+
+  void builtin(const GraphElement& e, const std::string& name) {
+    need_start(builtin_name(e.op));
+    const uint32_t w = width_;
+    switch (e.op) {
+      case OpKind::Last: case OpKind::Mean: case OpKind::Max: {
+        if (!time_axis_ || collapsed_) {
+          throw Error(where_ + ": `" + builtin_name(e.op) + "` needs a time axis, i.e. a recurrent module (or a "
+                      "Conv1d, an Embedding, --layout) before it and no `last` / pooling");
+        }
+        collapsed_ = true;
+        const LayerOp op = e.op == OpKind::Last ? LayerOp::Last : e.op == OpKind::Mean ? LayerOp::MeanPool : LayerOp::MaxPool;
+        push(op, name, w, w);
+        return;
+      }
+      case OpKind::Dropout: return;  // eval mode: nothing to do
+      case OpKind::ReLU: push(LayerOp::ReLU, name, w, w); return;
+      case OpKind::Tanh: push(LayerOp::Tanh, name, w, w); return;
+      case OpKind::Sigmoid: push(LayerOp::Sigmoid, name, w, w); return;
+      case OpKind::Softmax: push(LayerOp::Softmax, name, w, w); return;
+      case OpKind::LogSoftmax: push(LayerOp::LogSoftmax, name, w, w); return;
+      case OpKind::Identity: push(LayerOp::Identity, name, w, w); return;
+      case OpKind::SiLU: push(LayerOp::SiLU, name, w, w); return;
+      case OpKind::GELU: push(LayerOp::GELU, name, w, w).approximate_tanh = e.option == "tanh"; return;
+      case OpKind::ELU: push(LayerOp::ELU, name, w, w).alpha = number(e, "alpha", 1.0f); return;
+      case OpKind::LeakyReLU: push(LayerOp::LeakyReLU, name, w, w).alpha = number(e, "slope", 0.01f); return;
+      case OpKind::Hardtanh: case OpKind::ReLU6: {
+        const bool six = e.op == OpKind::ReLU6;
+        const float lo = six ? 0.0f : number(e, "min", -1.0f), hi = six ? 6.0f : number(e, "max", 1.0f);
+        if (!(lo <= hi)) throw Error(where_ + ": hardtanh needs min <= max");
+        LayerPlan& l = push(LayerOp::Hardtanh, name, w, w);
+        l.alpha = lo;
+        l.beta = hi;
+        return;
+      }
+      default: throw Error("internal: " + where_ + " is not a built-in op");
+    }
+  }
+
+  // `(chain) + input`: Save before, Add after, the same slot.
+  struct Skip {
+    unsigned slot;
+    uint32_t width;
+    bool collapsed;
+    bool steps_changed;
+  };
+  void skip(const GraphElement& e) {
+    if (e.op == OpKind::SkipBegin) {
+      skips_.push_back({e.slot, width_, collapsed_, false});
+      if (!started_) pending_saves_.push_back(static_cast<uint32_t>(plan_.layers.size()));
+      push(LayerOp::Save, "save", width_, width_).slot = e.slot;
+      return;
+    }
+    const Skip s = skips_.back();
+    skips_.pop_back();
+    if (!started_) throw Error(where_ + ": a residual skip around no module");
+    if (s.width != width_ || s.collapsed != collapsed_) {
+      throw Error(where_ + ": the residual skip adds its input (" + std::to_string(s.width) +
+                  (s.collapsed ? " features" : " features per step") + ") to the sub-chain's output (" +
+                  std::to_string(width_) + (collapsed_ ? " features" : " features per step") + "): the shapes differ");
+    }
+    if (s.steps_changed) {
+      throw Error(where_ + ": the residual skip's sub-chain changes the number of time steps (a strided or "
+                  "unpadded Conv1d): its output cannot be added to its input");
+    }
+    for (auto& outer : skips_) outer.steps_changed = outer.steps_changed || s.steps_changed;
+    push(LayerOp::Add, "add", width_, width_).slot = e.slot;
+  }
+
+  const Checkpoint& checkpoint_;
+  const ModuleSet& modules_;
+  PlanBuilder& b_;
+  PlanResult& r_;
+  ModelPlan& plan_;
+  const std::vector<GraphElement>* chain_ = nullptr;
+  size_t i_ = 0;
+  std::string where_;
+  uint32_t width_ = 0;
+  bool started_ = false, time_axis_ = false, collapsed_ = false;
+  std::set<std::string> used_modules_;
+  std::vector<Skip> skips_;
+  std::vector<uint32_t> pending_saves_;
+};
+
+}  // namespace
+
 PlanResult plan_conversion(const Checkpoint& checkpoint, const ModuleSet& modules, const PlanOptions& options,
                            const MappedFile* source) {
   PlanResult r;
@@ -147,6 +695,9 @@ PlanResult plan_conversion(const Checkpoint& checkpoint, const ModuleSet& module
   std::vector<GraphElement> chain;
   if (options.graph) {
     chain = parse_graph(*options.graph);
+  } else if (options.inferred_graph) {
+    chain = parse_graph(*options.inferred_graph);
+    r.graph_inferred = true;
   } else {
     chain = infer_graph(modules);
     r.graph_inferred = true;
@@ -162,7 +713,15 @@ PlanResult plan_conversion(const Checkpoint& checkpoint, const ModuleSet& module
       break;
     }
   }
-  if (options.batch_first) {
+  if (options.layout) {
+    plan.batch_first = *options.layout == Layout::kBatchFirst;
+    plan.channels_first = *options.layout == Layout::kChannelsFirst;
+    r.batch_first_source = "--layout";
+    if (recorded && *recorded != plan.batch_first && !plan.channels_first) {
+      r.notes.push_back(std::string("the file records batch_first=") + (*recorded ? "True" : "False") +
+                        "; --layout overrides it");
+    }
+  } else if (options.batch_first) {
     plan.batch_first = *options.batch_first;
     r.batch_first_source = "--batch-first";
     if (recorded && *recorded != *options.batch_first) {
@@ -178,86 +737,20 @@ PlanResult plan_conversion(const Checkpoint& checkpoint, const ModuleSet& module
   }
 
   PlanBuilder b(plan, source);
-  uint32_t width = 0;
-  bool time_axis = false, collapsed = false;
-  std::set<std::string> used_modules;
-  for (size_t i = 0; i < chain.size(); ++i) {
-    const GraphElement& e = chain[i];
-    const int li = static_cast<int>(plan.layers.size());
-    LayerPlan l;
-    const std::string where = "--graph element " + std::to_string(i + 1) + " '" + format_graph({e}) + "'";
-    if (e.op == OpKind::Module) {
-      const Module* m = modules.find(e.module);
-      if (!m) {
-        std::string names;
-        for (const Module& mm : modules.modules) names += (names.empty() ? "" : ", ") + mm.path;
-        throw Error(where + ": no such module in the checkpoint (modules: " +
-                    (names.empty() ? "none" : names) + ")");
-      }
-      if (!used_modules.insert(m->path).second) {
-        throw Error(where + ": module '" + m->path + "' appears twice in the chain");
-      }
-      const uint32_t in = m->type == ModuleType::Linear ? m->in_features : m->input_size;
-      if (i == 0) {
-        width = in;
-        plan.input_size = in;
-      } else if (in != width) {
-        throw Error(where + ": " + m->describe() + " takes " + std::to_string(in) +
-                    " features, but the chain before it gives " + std::to_string(width));
-      }
-      l.name = m->path.empty() ? kRootModuleName : m->path;
-      l.input_size = in;
-      l.output_size = m->output_size();
-      if (m->type == ModuleType::Linear) {
-        l.op = LayerOp::Linear;
-        l.weight = b.copy(*m->params.at("weight"), m->path + ".weight", li, "weight");
-        if (m->has_bias) l.bias = b.copy(*m->params.at("bias"), m->path + ".bias", li, "bias");
-      } else {
-        if (collapsed) throw Error(where + ": a recurrent layer after `last` has no time axis to run over");
-        std::string nonlinearity = e.option;
-        if (m->kind == CellKind::kRnn) {
-          auto nl = checkpoint.attributes.find(attribute_key(m->path, "nonlinearity"));
-          if (nonlinearity.empty() && nl != checkpoint.attributes.end()) nonlinearity = nl->second;
-          if (nonlinearity.empty()) {
-            nonlinearity = "tanh";
-            r.notes.push_back("RNN '" + m->path + "': a state dict does not record the nonlinearity; "
-                              "assuming tanh (write '" + m->path + "(relu)' in --graph for relu)");
-          }
-        } else if (!e.option.empty()) {
-          throw Error(where + ": (" + e.option + ") applies to RNN modules only");
-        }
-        l.op = recurrent_op(*m, nonlinearity);
-        l.hidden_size = m->hidden_size;
-        l.proj_size = m->proj_size;
-        l.num_layers = m->num_layers;
-        l.bidirectional = m->bidirectional;
-        add_recurrent(b, l, *m, li);
-        time_axis = true;
-      }
-      width = l.output_size;
-    } else {
-      if (i == 0) throw Error(where + ": the chain must start with a module (its input size is the model's)");
-      l.input_size = l.output_size = width;
-      switch (e.op) {
-        case OpKind::Last:
-          if (!time_axis || collapsed) {
-            throw Error(where + ": `last` needs a time axis, i.e. a recurrent module before it");
-          }
-          collapsed = true;
-          l.op = LayerOp::Last;
-          l.name = "last";
-          break;
-        case OpKind::ReLU: l.op = LayerOp::ReLU; l.name = "relu"; break;
-        case OpKind::Tanh: l.op = LayerOp::Tanh; l.name = "tanh"; break;
-        case OpKind::Sigmoid: l.op = LayerOp::Sigmoid; l.name = "sigmoid"; break;
-        case OpKind::Softmax: l.op = LayerOp::Softmax; l.name = "softmax"; break;
-        default: l.op = LayerOp::Identity; l.name = "identity"; break;
-      }
-    }
-    plan.layers.push_back(std::move(l));
+  ChainPlanner chain_planner(checkpoint, modules, b, r);
+  chain_planner.run(chain, options.layout.has_value());
+  plan.output_size = chain_planner.width();
+  plan.output_is_sequence = chain_planner.time_axis() && !chain_planner.collapsed();
+  bool implied = plan.channels_first || plan.input_is_tokens;
+  for (const LayerPlan& l : plan.layers) {
+    implied = implied || l.op == LayerOp::LSTM || l.op == LayerOp::GRU || l.op == LayerOp::RNN_TANH ||
+              l.op == LayerOp::RNN_RELU || l.op == LayerOp::Conv1d;
   }
-  plan.output_size = width;
-  plan.output_is_sequence = time_axis && !collapsed;
+  // Model.time_axis is stored only where no layer implies it (a per-step chain of Linears).
+  plan.time_axis = chain_planner.time_axis() && !implied;
+  if (plan.channels_first && plan.input_is_tokens) {
+    throw Error("--layout bft: a model taking token ids has no channel axis (use btf or tbf)");
+  }
   r.graph = format_graph(chain);
 
   // Coverage: every tensor is used or listed as ignored with its reason.

@@ -16,9 +16,14 @@
 
 namespace ferry::conv {
 
+// --layout: where the time axis is, when the checkpoint cannot say.
+enum class Layout { kBatchFirst, kTimeMajor, kChannelsFirst };  // btf, tbf, bft
+
 struct PlanOptions {
   std::optional<std::string> graph;      // --graph; inferred when absent
+  std::optional<std::string> inferred_graph;  // a chain read from the file (TorchScript forward)
   std::optional<bool> batch_first;       // --batch-first; else the file's record; else false
+  std::optional<Layout> layout;          // --layout: batch_first / channels_first, and a time axis
 };
 
 struct PlanResult {

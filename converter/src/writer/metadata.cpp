@@ -16,22 +16,13 @@ constexpr size_t kSha256Chars = 64;  // hex digits of a SHA-256
 
 uint64_t align_up(uint64_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
 
-fb::LayerKind layer_kind(LayerOp op) {
-  switch (op) {
-    case LayerOp::LSTM: return fb::LayerKind::LSTM;
-    case LayerOp::GRU: return fb::LayerKind::GRU;
-    case LayerOp::RNN_TANH: return fb::LayerKind::RNN_TANH;
-    case LayerOp::RNN_RELU: return fb::LayerKind::RNN_RELU;
-    case LayerOp::Linear: return fb::LayerKind::Linear;
-    case LayerOp::Last: return fb::LayerKind::Last;
-    case LayerOp::ReLU: return fb::LayerKind::ReLU;
-    case LayerOp::Tanh: return fb::LayerKind::Tanh;
-    case LayerOp::Sigmoid: return fb::LayerKind::Sigmoid;
-    case LayerOp::Softmax: return fb::LayerKind::Softmax;
-    case LayerOp::Identity: return fb::LayerKind::Identity;
-  }
-  return fb::LayerKind::Identity;
-}
+// LayerOp mirrors fb::LayerKind value for value.
+fb::LayerKind layer_kind(LayerOp op) { return static_cast<fb::LayerKind>(op); }
+static_assert(static_cast<int>(LayerOp::Identity) == static_cast<int>(fb::LayerKind::Identity), "LayerOp");
+static_assert(static_cast<int>(LayerOp::Conv1d) == static_cast<int>(fb::LayerKind::Conv1d), "LayerOp");
+static_assert(static_cast<int>(LayerOp::Embedding) == static_cast<int>(fb::LayerKind::Embedding), "LayerOp");
+static_assert(static_cast<int>(LayerOp::Add) == static_cast<int>(fb::LayerKind::MAX), "LayerOp");
+static_assert(static_cast<int>(PaddingMode::Replicate) == static_cast<int>(fb::PaddingMode::Replicate), "PaddingMode");
 
 // The schema's dtype of a planned tensor. The packer produces float32 only,
 // so F32 is the one dtype a plan may target until quantization exists.
@@ -83,7 +74,9 @@ EncodedModel encode_model(const ModelPlan& plan, const std::vector<StoredForm>& 
     layers.push_back(fb::CreateLayer(fbb, layer_kind(l.op), fbb.CreateString(l.name), l.input_size,
                                      l.output_size, l.hidden_size, l.proj_size, l.num_layers,
                                      l.bidirectional, cells.empty() ? 0 : fbb.CreateVector(cells),
-                                     l.weight, l.bias));
+                                     l.weight, l.bias, l.kernel_size, l.stride, l.dilation, l.groups, l.pad_left,
+                                     l.pad_right, static_cast<fb::PaddingMode>(l.padding_mode), l.eps, l.alpha,
+                                     l.beta, l.approximate_tanh, l.slot));
   }
   std::vector<flatbuffers::Offset<fb::Mapping>> mapping;
   for (const MappingRow& r : plan.mapping) {
@@ -111,6 +104,9 @@ EncodedModel encode_model(const ModelPlan& plan, const std::vector<StoredForm>& 
   mb.add_input_size(plan.input_size);
   mb.add_output_size(plan.output_size);
   mb.add_output_is_sequence(plan.output_is_sequence);
+  mb.add_channels_first(plan.channels_first);
+  mb.add_time_axis(plan.time_axis);
+  mb.add_input_is_tokens(plan.input_is_tokens);
   mb.add_arena_bytes_stream_b1(~uint64_t{0});  // placeholder, set by the runtime pass
   mb.add_provenance(provenance);
   if (!selftest.IsNull()) mb.add_selftest(selftest);
