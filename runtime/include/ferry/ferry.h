@@ -13,13 +13,17 @@
  *   ferry_run            whole sequence          } any number of times,
  *   ferry_step           one time step, state    } no allocation
  *   ferry_state_get/set/reset                    }
+ *   ferry_session_release  what a device backend holds beyond the arena
  *
  * Ownership (read this once)
  *   - The model bytes belong to the caller and must stay valid and unchanged
  *     for as long as the model or any session made from it is used. Weights
  *     are read in place: loading copies no weights.
- *   - The arena belongs to the caller and must outlive its session. A session
- *     lives entirely inside its arena; there is nothing to free.
+ *   - The arena belongs to the caller and must outlive its session. A CPU
+ *     session lives entirely inside its arena; there is nothing to free. A
+ *     CUDA session also holds device memory, a stream and CUDA Graphs:
+ *     ferry_session_release gives them back (calling it is harmless on any
+ *     backend).
  *   - The model handle is allocated with malloc by ferry_model_load, unless
  *     ferry_model_options.handle_memory is given (then nothing is allocated);
  *     ferry_model_free releases it and never frees caller memory.
@@ -125,6 +129,16 @@ ferry_status ferry_arena_size(const ferry_model* model, size_t max_batch,
  *   AUTO       per layer: SIMD where the CPU and the file allow, else
  *              REFERENCE; XNNPACK for large products where it is faster and
  *              gives bit-identical results (checked at init).
+ *   CUDA       the whole chain on an NVIDIA GPU (FERRY_CUDA builds; see
+ *              README "CUDA backend"): Panel8 f32 weights uploaded once,
+ *              the recurrence as a persistent kernel or replayed from CUDA
+ *              Graphs, the state resident on the GPU. Within 1e-5 of
+ *              REFERENCE; ferry_step equals ferry_run bit for bit. Errors
+ *              of the CUDA runtime (no device, no kernel image for this
+ *              GPU, out of device memory) make ferry_session_init return
+ *              FERRY_UNSUPPORTED, a failing kernel or copy makes the call
+ *              return FERRY_INVALID_STATE (and every later call on that
+ *              session); ferry_last_error() carries the CUDA error text.
  * A backend that cannot run here makes ferry_session_init (and
  * ferry_session_arena_size) return FERRY_UNSUPPORTED with a message.
  * On SIMD, XNNPACK and AUTO, the output does not depend on how a sequence is
@@ -146,6 +160,37 @@ const char* ferry_backend_name(ferry_backend backend);
 /* The backend named `name` (as ferry_backend_name spells it). Returns
  * FERRY_INVALID_ARGUMENT, with the names in the message, for any other. */
 ferry_status ferry_backend_from_name(const char* name, ferry_backend* backend_out);
+
+/* Device memory for a device backend (CUDA), when the caller wants to
+ * provide it (a pool, a carve-out, memory shared with other work). NULL in
+ * ferry_session_options: the backend uses cudaMalloc and cudaFree. */
+typedef struct ferry_device_allocator {
+  void* context;  /* passed back to both functions */
+  /* Returns `bytes` of device memory aligned to `alignment` (256), or NULL.
+   * Called once, by ferry_session_init, with ferry_session_memory's
+   * device bytes. */
+  void* (*allocate)(void* context, size_t bytes, size_t alignment);
+  /* Gives back what allocate returned; called once, by
+   * ferry_session_release (or by a ferry_session_init that fails later). */
+  void (*deallocate)(void* context, void* memory, size_t bytes);
+} ferry_device_allocator;
+
+/* How a device backend moves inputs and outputs.
+ *   AUTO       zero copy on an integrated GPU (Jetson) that can map host
+ *              memory, else COPY. The environment variable FERRY_CUDA_IO
+ *              ("copy" or "zero_copy") overrides AUTO, for testing.
+ *   COPY       one host-to-device copy (descriptor, lengths and input
+ *              together) and one device-to-host copy of the output per call.
+ *   ZERO_COPY  the input and output buffers of the session's arena are
+ *              page-locked and mapped (cudaHostRegister) at init and the
+ *              kernels read and write them in place; on a discrete GPU
+ *              that is slow (every access crosses PCIe) but runs, which is
+ *              how the Jetson path is tested on a data-centre GPU. */
+typedef enum ferry_device_io {
+  FERRY_DEVICE_IO_AUTO = 0,
+  FERRY_DEVICE_IO_COPY = 1,
+  FERRY_DEVICE_IO_ZERO_COPY = 2,
+} ferry_device_io;
 
 /* What ferry_run / ferry_step do with the calling thread's floating-point
  * mode. Denormal numbers (|x| < 1.2e-38) make x86 and Arm cores take slow
@@ -179,14 +224,21 @@ typedef struct ferry_session_options {
    * Owned by the caller; must outlive the session; one session uses it from
    * one thread at a time. Work is split over outputs, never inside a sum, so
    * results are identical for any number of threads. Worker threads flush
-   * denormals for the duration of the work, like the calling thread. */
+   * denormals for the duration of the work, like the calling thread. The
+   * CUDA backend does not use it. */
   void* threadpool;
   /* (0.2) The calling thread's floating-point mode (ferry_fp_mode). */
   ferry_fp_mode fp_mode;
+  /* Device backends (FERRY_BACKEND_CUDA); the CPU backends ignore these.
+   * Added in 0.2: a caller compiled against an older header passes a
+   * smaller struct_size and gets the defaults. */
+  const ferry_device_allocator* device_allocator;  /* NULL: cudaMalloc; must outlive the session */
+  ferry_device_io device_io;                        /* FERRY_DEVICE_IO_AUTO */
+  int device;                                       /* CUDA device ordinal, 0 */
 } ferry_session_options;
 
 /* Fills defaults: max_batch 1, max_seq 1, backend auto, no thread pool,
- * FERRY_FP_FLUSH. */
+ * FERRY_FP_FLUSH, no device allocator, device_io auto, device 0. */
 void ferry_session_options_init(ferry_session_options* options);
 
 /* Convenience for ferry_session_options.threadpool: a pthreadpool of
@@ -204,15 +256,35 @@ ferry_status ferry_session_arena_size(const ferry_model* model,
                                       const ferry_session_options* options,
                                       size_t* bytes_out);
 
+/* Exact memory of a session made with `options`: `host_bytes_out` gets the
+ * arena bytes (what ferry_session_arena_size gives), `device_bytes_out` the
+ * bytes of the one device allocation a device backend makes at init (0 for
+ * the CPU backends). Either pointer may be NULL. The device bytes hold the
+ * weights (uploaded once), the recurrent state and the working buffers; the
+ * CUDA driver's own memory (context, module, graphs) is not included. */
+ferry_status ferry_session_memory(const ferry_model* model,
+                                  const ferry_session_options* options,
+                                  size_t* host_bytes_out, size_t* device_bytes_out);
+
 /* Lays a session out in `arena` (FERRY_ALIGNMENT-aligned, at least
  * ferry_session_arena_size() bytes for these options). The recurrent state
  * starts at zero. Everything the session will ever need is placed here,
  * XNNPACK's packed weights included; ferry_run and ferry_step allocate
- * nothing. */
+ * nothing. A device backend also takes its device memory here (from
+ * options->device_allocator or cudaMalloc), uploads the weights once and
+ * creates its stream; ferry_session_release gives them back. */
 ferry_status ferry_session_init(const ferry_model* model,
                                 const ferry_session_options* options,
                                 void* arena, size_t arena_size,
                                 ferry_session** session_out);
+
+/* Gives back what a session holds outside its arena: for the CUDA backend
+ * its device memory, stream, CUDA Graphs and the page-locking of its
+ * staging buffers. A no-op for the CPU backends (their sessions live
+ * entirely in the arena). Afterwards the session must not be used (calls
+ * on it return FERRY_INVALID_STATE where the backend can tell) and the
+ * arena may be reused. NULL is a no-op. */
+ferry_status ferry_session_release(ferry_session* session);
 
 /* Runs a whole sequence. Denormals are flushed to zero (ferry_fp_mode says
  * how the calling thread's mode is treated). `input` holds batch*seq*input_size floats in the

@@ -148,6 +148,8 @@ extern "C" ferry_status ferry_selftest(const ferry_model* model, ferry_backend b
   float* output = reinterpret_cast<float*>(static_cast<uint8_t*>(arena) + v.session_bytes);
   memset(output, 0, v.output_floats * sizeof(float));
   status = ferry_run(session, v.input, v.batch, v.seq, nullptr, output, v.output_floats);
+  // A device backend's session holds device memory beyond the arena.
+  ferry_session_release(session);
   if (status != FERRY_OK) return status;
 
   // A NaN (in the output or the stored vector) counts as an infinite error.

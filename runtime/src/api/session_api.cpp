@@ -56,11 +56,32 @@ ferry_status read_options(const ferry_session_options* o, SessionConfig* out) {
   } else {
     out->fp_mode = FERRY_FP_RESTORE;  // what a caller of the 0.1 header was promised
   }
+  // The device fields (0.2), each read only when the caller's struct has it.
+  if (o->struct_size >= offsetof(ferry_session_options, device_allocator) + sizeof(o->device_allocator)) {
+    out->device_allocator = o->device_allocator;
+    if (out->device_allocator && (!out->device_allocator->allocate || !out->device_allocator->deallocate)) {
+      return fail(FERRY_INVALID_ARGUMENT, "options->device_allocator: allocate and deallocate must both be set");
+    }
+  }
+  if (o->struct_size >= offsetof(ferry_session_options, device_io) + sizeof(o->device_io)) {
+    std::underlying_type<ferry_device_io>::type io;
+    memcpy(&io, &o->device_io, sizeof(io));
+    if (static_cast<long long>(io) < FERRY_DEVICE_IO_AUTO || static_cast<long long>(io) > FERRY_DEVICE_IO_ZERO_COPY) {
+      return fail(FERRY_INVALID_ARGUMENT, "options->device_io %lld is unknown", static_cast<long long>(io));
+    }
+    out->device_io = static_cast<ferry_device_io>(io);
+  }
+  if (o->struct_size >= offsetof(ferry_session_options, device) + sizeof(o->device)) {
+    if (o->device < 0) return fail(FERRY_INVALID_ARGUMENT, "options->device is %d, must be >= 0", o->device);
+    out->device = o->device;
+  }
   return FERRY_OK;
 }
 
-// The arena bytes of a session: the header, then what the backend plans.
-ferry_status plan_session(const ferry_model* m, const SessionConfig& config, size_t* bytes_out) {
+// The arena bytes of a session: the header, then what the backend plans;
+// and the device bytes the backend will allocate at init (may be null).
+ferry_status plan_session(const ferry_model* m, const SessionConfig& config, size_t* bytes_out,
+                          size_t* device_bytes_out = nullptr) {
   if (!m) return fail(FERRY_INVALID_ARGUMENT, "model is NULL");
   if (config.max_batch == 0 || config.max_seq == 0) {
     return fail(FERRY_INVALID_ARGUMENT, "max_batch and max_seq must be >= 1 (got %zu, %zu)", config.max_batch,
@@ -74,6 +95,7 @@ ferry_status plan_session(const ferry_model* m, const SessionConfig& config, siz
   size_t device_bytes = 0;
   if ((st = backend.plan(m, config, &arena, &device_bytes)) != FERRY_OK) return st;
   *bytes_out = arena.end();
+  if (device_bytes_out) *device_bytes_out = device_bytes;
   return FERRY_OK;
 }
 
@@ -238,6 +260,27 @@ extern "C" void ferry_session_options_init(ferry_session_options* options) {
   options->backend = FERRY_BACKEND_AUTO;
   options->threadpool = nullptr;
   options->fp_mode = FERRY_FP_FLUSH;
+  options->device_allocator = nullptr;
+  options->device_io = FERRY_DEVICE_IO_AUTO;
+  options->device = 0;
+}
+
+extern "C" ferry_status ferry_session_memory(const ferry_model* model, const ferry_session_options* options,
+                                             size_t* host_bytes_out, size_t* device_bytes_out) {
+  SessionConfig config;
+  ferry_status st = read_options(options, &config);
+  if (st != FERRY_OK) return st;
+  size_t host = 0, device = 0;
+  if ((st = plan_session(model, config, &host, &device)) != FERRY_OK) return st;
+  if (host_bytes_out) *host_bytes_out = host;
+  if (device_bytes_out) *device_bytes_out = device;
+  return FERRY_OK;
+}
+
+extern "C" ferry_status ferry_session_release(ferry_session* session) {
+  if (!session) return FERRY_OK;
+  if (session->backend->release) session->backend->release(session);
+  return FERRY_OK;
 }
 
 extern "C" ferry_status ferry_session_init(const ferry_model* model, const ferry_session_options* options,
@@ -309,7 +352,7 @@ extern "C" ferry_status ferry_state_get(const ferry_session* session, size_t bat
   if (st != FERRY_OK) return st;
   if ((st = check_state(session, batch, state_out, capacity)) != FERRY_OK) return st;
   session->backend->state_get(session, batch, state_out);
-  return FERRY_OK;
+  return session->backend->state_status ? session->backend->state_status(session) : FERRY_OK;
 }
 
 extern "C" ferry_status ferry_state_set(ferry_session* session, size_t batch, const float* state, size_t count) {
@@ -317,12 +360,12 @@ extern "C" ferry_status ferry_state_set(ferry_session* session, size_t batch, co
   if (st != FERRY_OK) return st;
   if ((st = check_state(session, batch, state, count)) != FERRY_OK) return st;
   session->backend->state_set(session, batch, state);
-  return FERRY_OK;
+  return session->backend->state_status ? session->backend->state_status(session) : FERRY_OK;
 }
 
 extern "C" ferry_status ferry_state_reset(ferry_session* session) {
   const ferry_status st = check_session(session);
   if (st != FERRY_OK) return st;
   session->backend->state_reset(session);
-  return FERRY_OK;
+  return session->backend->state_status ? session->backend->state_status(session) : FERRY_OK;
 }

@@ -46,6 +46,10 @@ struct SessionConfig {
   ferry_backend backend = FERRY_BACKEND_AUTO;
   void* threadpool = nullptr;  // pthreadpool_t or null
   ferry_fp_mode fp_mode = FERRY_FP_FLUSH;
+  // Device backends only.
+  const ferry_device_allocator* device_allocator = nullptr;
+  ferry_device_io device_io = FERRY_DEVICE_IO_AUTO;
+  int device = 0;
 };
 
 // One ferry_run / ferry_step call, arguments checked.
@@ -74,6 +78,14 @@ struct Backend {
   void (*state_get)(const ferry_session* session, size_t batch, float* state);
   void (*state_set)(ferry_session* session, size_t batch, const float* state);
   void (*state_reset)(ferry_session* session);
+  // Optional entries of a device backend (null by default: host backends'
+  // table entries end above):
+  //   release       gives back what init acquired outside the arena (device
+  //                 memory, streams, graphs); ferry_session_release.
+  //   state_status  the outcome of the last state_get/set/reset, whose copies
+  //                 to or from a device can fail (with the message set).
+  void (*release)(ferry_session* session) = nullptr;
+  ferry_status (*state_status)(const ferry_session* session) = nullptr;
 };
 
 // The entry for `backend` (a value the C API has range-checked).

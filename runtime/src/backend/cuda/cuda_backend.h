@@ -1,6 +1,16 @@
-// The CUDA backend's table entry (backend/backend.h). In a build without
-// FERRY_CUDA it is cuda_unavailable.cpp: every session asks fail with
-// FERRY_UNSUPPORTED, naming the reason.
+// The CUDA backend's table entry (backend/backend.h): cuda_backend.cpp in a
+// build with FERRY_CUDA (cmake/cuda.cmake), else cuda_unavailable.cpp, where
+// every session asks fail with FERRY_UNSUPPORTED, naming the reason.
+//
+// Map of this folder:
+//   device_math.h     what the kernels compute (shared by device and host)
+//   plan.h/.cpp       memory layouts, recurrence strategy, I/O path, what
+//                     the backend refuses: plain C++, tested on the CPU
+//   executor.h/.cpp   the chain per call and the state copies, against a
+//                     table of device operations: plain C++, tested on the
+//                     CPU through an emulation of the kernels
+//   kernels.h/.cu     the kernels and their launches
+//   cuda_backend.cpp  the entry: CUDA runtime calls, errors, resources
 #pragma once
 
 #include "backend/backend.h"

@@ -1,0 +1,356 @@
+// What the CUDA backend's kernels compute, written once for the device
+// (kernels.cu, compiled by nvcc) and the host (the CPU emulation of the
+// kernels in tests/unit/test_cuda_host.cpp, compiled by the C++ compiler):
+// the structs the host fills for the kernels, the weight indexing, the
+// fixed-order dot products and the cell updates.
+//
+// The device reads the model's weights as the converter stored them
+// (Panel8, shared/weight_layout.h): uploaded in one piece, never repacked.
+// Panel8 suits a warp: for a fixed column k, the 8 units x G gates of a
+// panel are contiguous, so lane l of a warp takes Panel8 "vector"
+// q = 4w + l/8 (gate q % G of panel q / G), unit lane j = l % 8, and each
+// load of a warp is one 128-byte line for LSTM (G = 4: one panel per warp).
+//
+// Numeric contract (the reason this file exists): every output of a matrix
+// product is one fmaf chain over its columns in ascending order, split into
+// a number of column ranges that depends only on the width K
+// (k_splits_for), the partial sums added left to right; the bias (or the
+// recurrent initial value) is added last. Which thread, block, kernel or
+// launch strategy computes an output never changes a bit of it, so
+// ferry_step equals ferry_run bit for bit, and the persistent kernel equals
+// the CUDA Graph replay. The kernels are compiled with --fmad=false: the
+// only fused multiply-adds are the explicit fmaf calls below.
+#pragma once
+
+#include <math.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(__CUDACC__)
+#define FERRY_HD __host__ __device__ __forceinline__
+#else
+#define FERRY_HD inline
+#endif
+
+// A load of data other blocks of the same kernel wrote (the state between
+// the steps of the persistent kernel): from L2, never a stale L1 line.
+#if defined(__CUDA_ARCH__)
+#define FERRY_LOAD_L2(ptr) __ldcg(ptr)
+#else
+#define FERRY_LOAD_L2(ptr) (*(ptr))
+#endif
+
+namespace ferry {
+namespace cuda {
+
+// Threads of every block (8 warps).
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+// Panel8 vectors one warp item covers (4 vectors x 8 lanes = 32 lanes).
+constexpr int kVectorsPerWarp = 4;
+// Samples one warp item carries in registers (each its own chain).
+constexpr int kBatchGroup = 4;
+// Capacity of the per-call descriptor (equal to ferry::kMaxCells, checked).
+constexpr int kDescCells = 128;
+// Steps one replay of a cell's multi-step CUDA Graph runs.
+constexpr int kGraphSteps = 16;
+// Shared memory a non-persistent kernel may use without opting in.
+constexpr size_t kStepSharedBytes = 48 * 1024;
+
+// The recurrent ops, as the kernels number them.
+enum CellOp : int32_t { kCellLstm = 0, kCellGru = 1, kCellRnnTanh = 2, kCellRnnRelu = 3 };
+
+// What changes from call to call, in one block the host writes before the
+// kernels run: on the copy path it is copied to the device with the input in
+// one transfer; on the zero-copy path the kernels read it in the host's
+// mapped memory. `batch` int32 lengths follow the struct when has_lengths.
+struct CallDesc {
+  int32_t batch;
+  int32_t has_lengths;
+  int32_t reserved[2];
+  int32_t steps[kDescCells];   // time steps each cell runs in this call
+  int32_t parity[kDescCells];  // which of its two h buffers holds a cell's state
+};
+
+FERRY_HD const int32_t* desc_lengths(const CallDesc* d) {
+  return d->has_lengths ? reinterpret_cast<const int32_t*>(d + 1) : nullptr;
+}
+
+// ------------------------------------------------------------ Panel8 ----
+
+FERRY_HD uint32_t panels_of(uint32_t units) { return (units + 7u) / 8u; }
+
+// Element offset of vector q, lane 0, column 0 of a Panel8 matrix of G
+// gates and K columns; column k is k * G * 8 further (weight_layout.h).
+FERRY_HD size_t vector_offset(uint32_t G, uint32_t K, uint32_t q) {
+  return (size_t{q / G} * K * G + q % G) * 8u;
+}
+
+// Element (c, k) of a Panel8 matrix read as a GEMM operand: output column
+// c = 8q + j (panel order; the natural order when G = 1).
+FERRY_HD size_t gemm_weight_index(uint32_t G, uint32_t K, uint32_t c, uint32_t k) {
+  return vector_offset(G, K, c / 8u) + size_t{k} * G * 8u + c % 8u;
+}
+
+// Column of gate g of unit u in a panel-order gate row.
+FERRY_HD uint32_t gate_column(uint32_t G, uint32_t g, uint32_t u) { return ((u / 8u) * G + g) * 8u + u % 8u; }
+
+// Column ranges of a product over K columns: 1, 2, 4 or 8, from K alone.
+FERRY_HD uint32_t k_splits_for(uint32_t K) {
+  return K >= 1024u ? 8u : K >= 512u ? 4u : K >= 256u ? 2u : 1u;
+}
+FERRY_HD uint32_t k_chunk_for(uint32_t K) {
+  const uint32_t s = k_splits_for(K);
+  return (K + s - 1u) / s;
+}
+
+// One partial of one output: vector q, lane j of a Panel8 matrix `w` (G, K)
+// against `x`, columns [k0, k1), one fmaf chain from 0. The kernels inline
+// this loop with several samples per weight load; each sample's chain is
+// exactly this one.
+FERRY_HD float panel_dot(const float* w, uint32_t G, uint32_t K, uint32_t q, uint32_t j, const float* x, uint32_t k0,
+                         uint32_t k1) {
+  const float* p = w + vector_offset(G, K, q) + j;
+  const size_t stride = size_t{G} * 8u;
+  float acc = 0.0f;
+  for (uint32_t k = k0; k < k1; ++k) acc = fmaf(p[k * stride], x[k], acc);
+  return acc;
+}
+
+// The panels [p0, p1) of `panels` that block `block` owns, `per_block` each.
+FERRY_HD void block_range(uint32_t block, uint32_t per_block, uint32_t panels, uint32_t* p0, uint32_t* p1) {
+  const uint32_t begin = block * per_block;
+  *p0 = begin < panels ? begin : panels;
+  *p1 = begin + per_block < panels ? begin + per_block : panels;
+}
+
+// --------------------------------------------------------- cell update --
+
+FERRY_HD float sigmoid_f(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+// The new hidden value of one unit of one sample (PyTorch's equations, as
+// kernels/reference/reference.cpp writes them). x[g]: bias + W_ih x of gate
+// g; r[g]: W_hh h of gate g. LSTM gates i, f, g, o; `c` is updated in
+// place. GRU gates r, z, n: n = tanh(x_n + r * (W_hn h + b_hn)),
+// h' = (1 - z) n + z h. RNN: tanh or relu of x + r.
+FERRY_HD float cell_update(int32_t op, const float* x, const float* r, float b_hn, float h_prev, float* c) {
+  switch (op) {
+    case kCellLstm: {
+      const float i = sigmoid_f(x[0] + r[0]);
+      const float f = sigmoid_f(x[1] + r[1]);
+      const float g = tanhf(x[2] + r[2]);
+      const float o = sigmoid_f(x[3] + r[3]);
+      const float c_new = f * *c + i * g;
+      *c = c_new;
+      return o * tanhf(c_new);
+    }
+    case kCellGru: {
+      const float rr = sigmoid_f(x[0] + r[0]);
+      const float z = sigmoid_f(x[1] + r[1]);
+      const float n = tanhf(x[2] + rr * (r[2] + b_hn));
+      return (1.0f - z) * n + z * h_prev;
+    }
+    case kCellRnnRelu: {
+      const float v = x[0] + r[0];
+      return v < 0.0f ? 0.0f : v;  // NaN stays NaN
+    }
+    default:
+      return tanhf(x[0] + r[0]);
+  }
+}
+
+// ------------------------------------------------ what kernels receive --
+
+// C[r][c] = bias[c] + sum_k A[r][k] * W(c, k), rows r < m, columns c < n;
+// W is a Panel8 matrix of `gates` gates and `k` columns read through
+// gemm_weight_index (a cell's w_ih gives panel-order gate rows; a Linear's
+// weight, G = 1, the natural order).
+struct GemmParams {
+  const float* a;
+  int64_t lda;
+  int64_t m;
+  const float* w;
+  int32_t gates;
+  int32_t k;
+  const float* bias;  // n floats, or null for 0
+  float* c;
+  int64_t ldc;
+  int32_t n;
+};
+
+// One (layer, direction) cell of a recurrent module. Fixed at session init
+// (a CUDA Graph captures it by value); what changes per call is read from
+// `desc`: batch, lengths, this cell's steps and the parity of its state.
+//
+// Step i of a call (time t = i forward, T-1-i reverse) reads h from
+// h[(parity + i) & 1] and writes h[(parity + i + 1) & 1]; so the state
+// never moves, the host only flips its parity. Phase A: gates of the units
+// of a block's panels, the update, h (or h_full before a projection) and the
+// output row. Phase B (LSTM proj_size): h = W_hr h_full. A sample past its
+// length keeps its state and outputs zeros.
+struct RecurrentParams {
+  int32_t op;      // CellOp
+  int32_t gates;   // G
+  int32_t hidden;  // H
+  int32_t h_out;   // P: proj_size or H; also the width of W_hh's columns
+  int32_t cols;    // floats of a panel-order gate row: G * 8 * panels_of(H)
+  int32_t dir;     // 0 forward, 1 reverse
+  int32_t cell;    // index into desc->steps / parity
+  int32_t panels_per_block;       // phase A: hidden panels per block
+  int32_t batch_tile;             // phase A: samples staged per pass
+  int32_t proj_panels_per_block;  // phase B: projection panels per block
+  int32_t proj_batch_tile;
+  int32_t y_stride;  // floats between output rows (the module's width)
+  int32_t y_offset;  // this direction's first column
+  const float* w_hh;   // Panel8 [G*H, P]
+  const float* b_hn;   // GRU [H] (Panel8 of G = 1: natural order), or null
+  const float* w_hr;   // Panel8 [P, H], or null
+  const float* xproj;  // [T][B][cols]: bias + W_ih x, panel order
+  float* h[2];         // [max_batch][P] each
+  float* c;            // LSTM [max_batch][H], else null
+  float* h_full;       // projection: [max_batch][H]
+  float* y;            // [T][B][y_stride]
+  int32_t* counter;    // [0] next step, [1] blocks done (CUDA Graph replay)
+  const CallDesc* desc;
+};
+
+// What one call tells a cell (its CallDesc entries).
+struct CallView {
+  int32_t batch, steps, parity;
+  const int32_t* lengths;  // null: every sample runs every step
+};
+
+FERRY_HD CallView read_call(const RecurrentParams& p) {
+  const CallDesc* d = p.desc;
+  CallView v;
+  v.batch = d->batch;
+  v.steps = d->steps[p.cell];
+  v.parity = d->parity[p.cell];
+  v.lengths = desc_lengths(d);
+  return v;
+}
+
+// Step i of a call: time t, the h buffer read and the one written.
+struct StepView {
+  int32_t t;
+  const float* h_prev;
+  float* h_next;
+};
+
+FERRY_HD StepView step_view(const RecurrentParams& p, const CallView& call, int32_t i) {
+  const int32_t cur = (call.parity + i) & 1;
+  StepView v;
+  v.t = p.dir == 0 ? i : call.steps - 1 - i;
+  v.h_prev = cur ? p.h[1] : p.h[0];
+  v.h_next = cur ? p.h[0] : p.h[1];
+  return v;
+}
+
+// The sum of the column splits of output `row` of staged sample bb, left to
+// right: part is [splits][tile][rows].
+FERRY_HD float sum_splits(const float* part, int32_t splits, int32_t tile, int32_t rows, int32_t bb, int32_t row) {
+  float r = part[static_cast<size_t>(bb) * rows + row];
+  for (int32_t s = 1; s < splits; ++s) r += part[(static_cast<size_t>(s) * tile + bb) * rows + row];
+  return r;
+}
+
+// Phase A's update of one unit (ul, within the block whose first panel is
+// p0) of one sample (b; staged as bb in hs [tile][P] and part [splits][tile]
+// [block rows]): gates = xproj + W_hh h, the cell update, and h (or h_full
+// before a projection) and the output. A sample past its length keeps its
+// state and outputs zeros (with a projection, phase B does both).
+FERRY_HD void phase_a_unit(const RecurrentParams& p, const CallView& call, const StepView& sv, int32_t p0,
+                           int32_t tile, int32_t rows, const float* hs, const float* part, int32_t bb, int32_t b,
+                           int32_t ul) {
+  const int32_t G = p.gates, H = p.hidden, P = p.h_out, B = call.batch;
+  const int32_t u = p0 * 8 + ul;
+  if (u >= H) return;  // a padding unit of the last panel
+  const bool projection = p.w_hr != nullptr;
+  float* y = p.y + (static_cast<size_t>(sv.t) * B + b) * p.y_stride + p.y_offset;
+  if (call.lengths && sv.t >= call.lengths[b]) {
+    if (!projection) {
+      sv.h_next[static_cast<size_t>(b) * P + u] = hs[static_cast<size_t>(bb) * P + u];
+      y[u] = 0.0f;
+    }
+    return;
+  }
+  const int32_t splits = static_cast<int32_t>(k_splits_for(static_cast<uint32_t>(P)));
+  const float* xrow = p.xproj + (static_cast<size_t>(sv.t) * B + b) * p.cols;
+  float x[4] = {0.0f, 0.0f, 0.0f, 0.0f}, r[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  for (int32_t g = 0; g < G; ++g) {
+    r[g] = sum_splits(part, splits, tile, rows, bb, static_cast<int32_t>(gate_column(G, g, ul)));
+    x[g] = xrow[gate_column(G, g, u)];
+  }
+  float c_unused = 0.0f;
+  float* c = p.c ? p.c + static_cast<size_t>(b) * H + u : &c_unused;
+  const float h_old = projection ? 0.0f : hs[static_cast<size_t>(bb) * P + u];
+  const float h = cell_update(p.op, x, r, p.b_hn ? p.b_hn[u] : 0.0f, h_old, c);
+  if (projection) {
+    p.h_full[static_cast<size_t>(b) * H + u] = h;
+  } else {
+    sv.h_next[static_cast<size_t>(b) * P + u] = h;
+    y[u] = h;
+  }
+}
+
+// Phase B's result for one projection row (row, within the block whose
+// first projection panel is q0) of one sample: h = W_hr h_full, into the
+// state and the output.
+FERRY_HD void phase_b_row(const RecurrentParams& p, const CallView& call, const StepView& sv, int32_t q0,
+                          int32_t tile, int32_t rows, const float* part, int32_t bb, int32_t b, int32_t row) {
+  const int32_t P = p.h_out, B = call.batch;
+  const int32_t o = q0 * 8 + row;
+  if (o >= P) return;
+  float* y = p.y + (static_cast<size_t>(sv.t) * B + b) * p.y_stride + p.y_offset;
+  const size_t at = static_cast<size_t>(b) * P + o;
+  if (call.lengths && sv.t >= call.lengths[b]) {
+    sv.h_next[at] = FERRY_LOAD_L2(sv.h_prev + at);
+    y[o] = 0.0f;
+    return;
+  }
+  const float h = sum_splits(part, static_cast<int32_t>(k_splits_for(static_cast<uint32_t>(p.hidden))), tile, rows,
+                             bb, row);
+  sv.h_next[at] = h;
+  y[o] = h;
+}
+
+// Shared memory floats of phase A / phase B for a block of `panels` panels
+// staging `tile` samples.
+FERRY_HD size_t phase_a_floats(uint32_t G, uint32_t P, uint32_t panels, uint32_t tile) {
+  return size_t{tile} * P + size_t{k_splits_for(P)} * tile * panels * G * 8u;
+}
+FERRY_HD size_t phase_b_floats(uint32_t H, uint32_t panels, uint32_t tile) {
+  return size_t{tile} * H + size_t{k_splits_for(H)} * tile * panels * 8u;
+}
+
+// The counter protocol of a step replayed from a graph: every block reads
+// the step from counter[0] when it starts; the last block of the step's
+// last kernel to finish advances it (to 0 after the call's last step).
+FERRY_HD int32_t next_step(int32_t step, int32_t steps) { return step + 1 == steps ? 0 : step + 1; }
+
+// Copies between time-major [T][B][F] and the model's layout.
+struct EmitParams {
+  const float* src;  // [steps][B][F] time-major
+  float* dst;        // the model's layout
+  int64_t steps, batch, features;
+  int32_t batch_first;         // dst is [B][T][F]
+  const int32_t* lengths;      // zero the positions past each sample's length, or null
+};
+
+struct IngestParams {
+  const float* src;  // the model's layout ([B][T][I] when batch_first)
+  float* dst;        // [T][B][I]
+  int64_t steps, batch, features;
+  int32_t batch_first;
+};
+
+// out[b] = in[(len_b - 1) * B + b] (`last`); len_b = steps without lengths.
+struct LastParams {
+  const float* src;
+  float* dst;
+  int64_t steps, batch, features;
+  const int32_t* lengths;
+};
+
+}  // namespace cuda
+}  // namespace ferry

@@ -1,0 +1,172 @@
+// The CUDA backend's decisions, as plain C++ that needs no GPU: what runs
+// where, how memory is laid out, which recurrence strategy a cell gets.
+// Everything here is a pure function of (model, options, device
+// capabilities), so the backend's plan is deterministic and exact, and
+// tests/unit/test_cuda_host.cpp checks it on any machine, with the
+// capabilities of an Orin, a Thor or an H100 written down.
+//
+// Memory of a session
+//   host (the caller's arena, ferry_session_arena_size):
+//     [ferry_session][control block][cells: CellRuntime x num_cells][staging]
+//     staging = [call descriptor + lengths][input][output], page-aligned
+//     inside a region one page larger than it, so that on the zero-copy path
+//     it can be registered (cudaHostRegister, mapped) without touching a
+//     page the caller or another session owns.
+//   device (one allocation, ferry_session_memory's device bytes):
+//     [weights][per cell: h0, h1, c][step counters][xproj][h_full]
+//     [call descriptor + lengths][act0][act1]
+//     each region 256-byte aligned. The weights are the model file's weight
+//     bytes from its first tensor to the end of its last, uploaded as they
+//     are (Panel8 f32); the descriptor region ends exactly where act0
+//     begins, so on the copy path one transfer carries the descriptor and a
+//     time-major input straight into act0.
+//   Not counted: what the CUDA driver keeps for the context, the module and
+//   the instantiated graphs.
+//
+// Recurrence strategy of a cell (choose_recurrence):
+//   persistent  one cooperative kernel runs all the time steps of a call,
+//               each block keeping its panels of W_hh in shared memory, one
+//               grid-wide sync per step (two with an LSTM projection). Chosen
+//               when the device supports cooperative launch and, with at
+//               most one block per SM, each block's slice of W_hh plus one
+//               sample's working set fits in its shared memory:
+//                 ceil(panels / SMs) * P * G * 32 bytes + work <= min(
+//                   max shared per block (opt-in), shared per SM - 1 KiB).
+//               (panels = ceil(H / 8), P = H_out, G = gates.) Used for calls
+//               of more than one step; init confirms with the occupancy API.
+//   graph       otherwise, and for every single step: each step is one
+//               kernel (two with a projection) reading W_hh through L2;
+//               the steps of a call are replayed from CUDA Graphs captured
+//               at init (one of kGraphSteps steps, one of a single step).
+//   Both compute every output with the same arithmetic (device_math.h).
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend/backend.h"
+#include "backend/cuda/device_math.h"
+#include "model/model.h"
+
+namespace ferry {
+namespace cuda {
+
+constexpr size_t kDeviceAlign = 256;
+constexpr size_t kNone = ~size_t{0};
+
+// What the plan needs to know about a device (cudaDeviceProp and
+// attributes); filled by the backend from the CUDA runtime, by tests from
+// data sheets.
+struct DeviceCaps {
+  int cc_major = 0, cc_minor = 0;
+  uint32_t sm_count = 0;
+  size_t shared_per_block_optin = 0;  // cudaDevAttrMaxSharedMemoryPerBlockOptin
+  size_t shared_per_sm = 0;           // cudaDevAttrMaxSharedMemoryPerMultiprocessor
+  bool integrated = false;            // Jetson: the GPU shares the host's DRAM
+  bool can_map_host_memory = false;
+  bool host_register_supported = false;  // cudaDevAttrHostRegisterSupported
+  bool cooperative_launch = false;
+  size_t host_page_size = 4096;
+};
+
+// ------------------------------------------------------------- device --
+
+// Offsets of a cell's state in the device block.
+struct CellDevice {
+  size_t h[2] = {kNone, kNone};  // [max_batch][h_out] each
+  size_t c = kNone;              // LSTM: [max_batch][hidden]
+  size_t counter = kNone;        // 4 int32
+};
+
+struct DeviceLayout {
+  size_t weights_begin = 0;  // offset of the uploaded span in the model's bytes
+  size_t weights_bytes = 0;  // 0: no weights
+  size_t xproj = kNone, xproj_bytes = 0;
+  size_t h_full = kNone, h_full_bytes = 0;
+  size_t counters = kNone;
+  size_t desc = 0, desc_bytes = 0;  // act[0] == desc + desc_bytes
+  size_t act[2] = {0, 0};
+  size_t act_bytes = 0;
+  size_t total = 0;  // the device allocation
+};
+
+// The model bytes every weight of `m` lies in: [*begin, *begin + *bytes).
+void weight_span(const ferry_model* m, size_t* begin, size_t* bytes);
+
+// The device layout for (max_batch, max_seq). `cells` (num_cells entries)
+// may be null. FERRY_INVALID_ARGUMENT if a size overflows.
+ferry_status plan_device(const ferry_model* m, size_t max_batch, size_t max_seq, DeviceLayout* out,
+                         CellDevice* cells);
+
+// --------------------------------------------------------------- host --
+
+struct HostLayout {
+  size_t control = 0;           // arena offset of the control block
+  size_t cells = 0;             // arena offset of CellRuntime[num_cells]
+  size_t staging_region = 0;    // arena offset of the staging region
+  size_t staging_reserved = 0;  // its bytes (staging_bytes rounded to pages, plus one page)
+  size_t staging_bytes = 0;     // used: desc_bytes + input + output
+  size_t input = 0;             // within staging: == DeviceLayout::desc_bytes
+  size_t input_bytes = 0;
+  size_t output = 0;            // within staging
+  size_t output_bytes = 0;
+};
+
+// Adds the CUDA session's regions to `arena` (which holds the ferry_session
+// header already). `control_bytes` / `cell_bytes`: the control block and
+// one CellRuntime.
+ferry_status plan_host(const ferry_model* m, size_t max_batch, size_t max_seq, const DeviceLayout& dev,
+                       size_t page_size, size_t control_bytes, size_t cell_bytes, ArenaPlan* arena,
+                       HostLayout* out);
+
+// The page-aligned staging block inside its region at `region` (host).
+uint8_t* staging_in_region(uint8_t* region, size_t page_size);
+
+// ------------------------------------------------------- recurrence --
+
+struct CellShape {
+  int32_t op = kCellLstm;
+  uint32_t gates = 4, hidden = 0, h_out = 0;  // h_out != hidden: LSTM projection
+};
+
+// How a kernel splits a cell over blocks (RecurrentParams fields).
+struct Decomposition {
+  uint32_t blocks = 0, panels_per_block = 0, batch_tile = 0;  // phase A
+  uint32_t proj_blocks = 0, proj_panels_per_block = 0, proj_batch_tile = 0;  // phase B
+  size_t shared_a = 0, shared_b = 0;  // dynamic shared memory bytes per block
+};
+
+struct Recurrence {
+  Decomposition step;          // graph replay and single steps
+  bool persistent = false;     // the rule in this file's header holds
+  Decomposition resident;      // the persistent kernel's (blocks == proj_blocks)
+  size_t resident_shared = 0;  // its dynamic shared memory: W_hh slice + work
+  size_t resident_weights = 0; // of which the W_hh slice
+  const char* reason = "";     // why not persistent
+};
+
+// FERRY_UNSUPPORTED (with the limit in the message) when even one sample of
+// a single step does not fit a block's shared memory.
+ferry_status choose_recurrence(const CellShape& shape, size_t max_batch, const DeviceCaps& caps, Recurrence* out);
+
+// The shape of cell `cell_index` of `layer`.
+CellShape cell_shape(const Layer& layer);
+
+// -------------------------------------------------------- input/output --
+
+// The zero-copy path (inputs and outputs in mapped, pinned host memory the
+// kernels read and write directly) or one copy in and one copy out.
+// `requested` is the option (AUTO, COPY, ZERO_COPY); under AUTO, `env` (the
+// FERRY_CUDA_IO environment variable: "copy" or "zero_copy", or null) may
+// choose; otherwise an integrated GPU that can map registered host memory
+// gets zero copy. FERRY_UNSUPPORTED when zero copy is asked for and the
+// device cannot do it; FERRY_INVALID_ARGUMENT for an unknown env value.
+ferry_status choose_io(const DeviceCaps& caps, ferry_device_io requested, const char* env, bool* zero_copy);
+
+// Everything about (model, options) the CUDA backend refuses, with the
+// reason: weights that are not Panel8 f32, more cells or larger sizes than
+// the kernels index, a cell no decomposition fits.
+ferry_status check_model(const ferry_model* m, const SessionConfig& config, const DeviceCaps& caps);
+
+}  // namespace cuda
+}  // namespace ferry

@@ -1,0 +1,200 @@
+#!/usr/bin/env python3
+"""PyTorch's cuDNN LSTM and onnxruntime's CUDA provider, timed the way
+ferry_bench_cuda times ferry's CUDA backend (tests/bench/ferry_bench_cuda.cpp
+drives this script; it is not meant to be run by hand).
+
+Reads from --dir the LSTM's parameters in PyTorch's names (weight_ih_l0.npy,
+weight_hh_l0.npy, bias_ih_l0.npy, bias_hh_l0.npy, ...) and the input x.npy
+[T, B, I] (time-major). Writes y_torch.npy and y_ort.npy (the output on x,
+[T, B, H]; step by step when --streaming) and prints one JSON object:
+
+  {"torch": {"us": median, "note": "..."}, "ort": {"us": median, "note": "..."}}
+
+with "us" null and the reason in "note" where a side is not available
+(no torch, no CUDA, no onnxruntime, no CUDAExecutionProvider).
+
+Timing, host to host, synchronised every call: --streaming times one step
+(x_t copied to the GPU, lstm(x_t, (h, c)), y_t copied back, the state kept on
+the GPU); otherwise one whole sequence from the zero state. Median over
+--calls calls after a warm-up.
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+
+def median(values):
+    values = sorted(values)
+    n = len(values)
+    if n == 0:
+        return None
+    return values[n // 2] if n % 2 else 0.5 * (values[n // 2 - 1] + values[n // 2])
+
+
+def load(args):
+    import numpy as np
+    params = {}
+    for k in range(args.layers):
+        for name in ("weight_ih_l%d", "weight_hh_l%d", "bias_ih_l%d", "bias_hh_l%d"):
+            params[name % k] = np.load(os.path.join(args.dir, (name % k) + ".npy"))
+    x = np.load(os.path.join(args.dir, "x.npy"))
+    return params, x
+
+
+def bench_torch(args, params, x):
+    try:
+        import torch
+    except ImportError as e:
+        return {"us": None, "note": "torch not installed (%s)" % e}
+    if not torch.cuda.is_available():
+        return {"us": None, "note": "torch %s without CUDA or no GPU" % torch.__version__}
+    import numpy as np
+    dev = torch.device("cuda", args.device)
+    lstm = torch.nn.LSTM(args.input, args.hidden, num_layers=args.layers)
+    with torch.no_grad():
+        for name, p in lstm.named_parameters():
+            p.copy_(torch.from_numpy(params[name]))
+    lstm = lstm.to(dev).eval()
+    xs = torch.from_numpy(x)
+    T, B = x.shape[0], x.shape[1]
+
+    def zeros():
+        return (torch.zeros(args.layers, B, args.hidden, device=dev),
+                torch.zeros(args.layers, B, args.hidden, device=dev))
+
+    with torch.no_grad():
+        if args.streaming:
+            hc = zeros()
+            ys = []
+            for t in range(T):
+                y, hc = lstm(xs[t:t + 1].to(dev), hc)
+                ys.append(y.cpu())
+            y = torch.cat(ys, 0)
+        else:
+            y, _ = lstm(xs.to(dev), zeros())
+            y = y.cpu()
+        np.save(os.path.join(args.dir, "y_torch.npy"), y.numpy().astype(np.float32))
+        times = []
+        warm = 100 if args.streaming else 3
+        hc = zeros()
+        for i in range(-warm, args.calls):
+            t0 = time.perf_counter()
+            if args.streaming:
+                t = (i + warm) % T
+                y, hc = lstm(xs[t:t + 1].to(dev), hc)
+                y.cpu()
+            else:
+                y, _ = lstm(xs.to(dev), zeros())
+                y.cpu()
+            t1 = time.perf_counter()
+            if i >= 0:
+                times.append((t1 - t0) * 1e6)
+    note = "torch %s, cuDNN %s, %s" % (torch.__version__, torch.backends.cudnn.version(),
+                                       torch.cuda.get_device_name(args.device))
+    return {"us": median(times), "note": note}
+
+
+def bench_ort(args, params, x):
+    try:
+        import numpy as np
+        import onnxruntime as ort
+    except ImportError as e:
+        return {"us": None, "note": "onnxruntime not installed (%s)" % e}
+    if "CUDAExecutionProvider" not in ort.get_available_providers():
+        return {"us": None, "note": "onnxruntime %s has no CUDAExecutionProvider" % ort.__version__}
+    try:
+        import torch
+    except ImportError:
+        return {"us": None, "note": "torch is needed to export the ONNX model"}
+    lstm = torch.nn.LSTM(args.input, args.hidden, num_layers=args.layers)
+    with torch.no_grad():
+        for name, p in lstm.named_parameters():
+            p.copy_(torch.from_numpy(params[name]))
+
+    class WithState(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, x, h, c):
+            y, (h, c) = self.inner(x, (h, c))
+            return y, h, c
+
+    T, B = x.shape[0], x.shape[1]
+    path = os.path.join(args.dir, "lstm.onnx")
+    steps = 1 if args.streaming else T
+    sample = (torch.zeros(steps, B, args.input), torch.zeros(args.layers, B, args.hidden),
+              torch.zeros(args.layers, B, args.hidden))
+    torch.onnx.export(WithState(lstm), sample, path, input_names=["x", "h0", "c0"],
+                      output_names=["y", "hn", "cn"], opset_version=14)
+    options = ort.SessionOptions()
+    session = ort.InferenceSession(path, options, providers=[("CUDAExecutionProvider", {"device_id": args.device})])
+    if "CUDAExecutionProvider" not in session.get_providers():
+        return {"us": None, "note": "onnxruntime fell back to %s" % session.get_providers()}
+    h = np.zeros((args.layers, B, args.hidden), np.float32)
+    c = np.zeros_like(h)
+    if args.streaming:
+        ys = []
+        for t in range(T):
+            y, h, c = session.run(None, {"x": x[t:t + 1], "h0": h, "c0": c})
+            ys.append(y)
+        y = np.concatenate(ys, 0)
+    else:
+        y, _, _ = session.run(None, {"x": x, "h0": h, "c0": c})
+    np.save(os.path.join(args.dir, "y_ort.npy"), y.astype(np.float32))
+    times = []
+    warm = 100 if args.streaming else 3
+    h = np.zeros((args.layers, B, args.hidden), np.float32)
+    c = np.zeros_like(h)
+    zero = np.zeros_like(h)
+    for i in range(-warm, args.calls):
+        t0 = time.perf_counter()
+        if args.streaming:
+            t = (i + warm) % T
+            _, h, c = session.run(None, {"x": x[t:t + 1], "h0": h, "c0": c})
+        else:
+            session.run(None, {"x": x, "h0": zero, "c0": zero})
+        t1 = time.perf_counter()
+        if i >= 0:
+            times.append((t1 - t0) * 1e6)
+    return {"us": median(times), "note": "onnxruntime %s, CUDAExecutionProvider" % ort.__version__}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--dir", required=True)
+    ap.add_argument("--input", type=int, required=True)
+    ap.add_argument("--hidden", type=int, required=True)
+    ap.add_argument("--layers", type=int, required=True)
+    ap.add_argument("--batch", type=int, required=True)
+    ap.add_argument("--seq", type=int, required=True)
+    ap.add_argument("--calls", type=int, required=True)
+    ap.add_argument("--device", type=int, default=0)
+    ap.add_argument("--streaming", action="store_true")
+    ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--no-ort", action="store_true")
+    args = ap.parse_args()
+    try:
+        params, x = load(args)
+    except ImportError as e:
+        print(json.dumps({"torch": {"us": None, "note": "numpy not installed (%s)" % e},
+                          "ort": {"us": None, "note": "numpy not installed (%s)" % e}}))
+        return 0
+    result = {}
+    for key, fn, skip in (("torch", bench_torch, args.no_torch), ("ort", bench_ort, args.no_ort)):
+        if skip:
+            result[key] = {"us": None, "note": "--no-" + key}
+            continue
+        try:
+            result[key] = fn(args, params, x)
+        except Exception as e:  # report, never hide: the note carries it
+            result[key] = {"us": None, "note": "%s: %s" % (type(e).__name__, e)}
+    sys.stdout.flush()
+    print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

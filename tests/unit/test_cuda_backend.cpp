@@ -1,0 +1,392 @@
+// The CUDA backend on a GPU, through the C API (besides the shared body of
+// test_backends.cpp, which runs it against `reference` on every case):
+// two sessions on two streams at once, the persistent kernel against the
+// graph replay and the zero-copy path against the copy path bit for bit,
+// ferry_step against ferry_run, the state round trip, the memory report and
+// a caller's device allocator, and the errors (no device memory, a released
+// session, a device that does not exist) with the CUDA error text.
+//
+// Every test skips, with the reason, where the CUDA backend cannot run: a
+// build without FERRY_CUDA, or no GPU visible (no driver, no device).
+// These tests have been compiled but, at the time of writing, never run:
+// no GPU was available to the author (README, "CUDA backend").
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#if defined(FERRY_TEST_HAVE_CUDA)
+#include <cuda_runtime_api.h>
+#endif
+
+#include "ferry/ferry.h"
+#include "random_models.h"
+#include "plan/selftest_plan.h"
+#include "writer/model_writer.h"
+
+namespace {
+
+using ferry::test::AlignedBytes;
+using ferry::test::LayerSpec;
+using ferry::test::ModelSpec;
+using L = ferry::conv::LayerOp;
+
+// A model loaded from bytes the helper owns; with the golden self-test
+// vectors `ferry convert` stores when asked.
+struct Model {
+  AlignedBytes bytes;
+  ferry_model* model = nullptr;
+  ferry_model_info info{};
+  explicit Model(const ModelSpec& spec, bool vectors = false) {
+    ferry::conv::ModelPlan plan = ferry::test::make_plan(spec);
+    if (vectors) ferry::conv::plan_selftest(plan);
+    // build_model runs the runtime once: the golden output is filled in.
+    std::vector<uint8_t> b = ferry::conv::build_model(plan).to_vector();
+    bytes = AlignedBytes(b.data(), b.size());
+    EXPECT_EQ(ferry_model_load(bytes.data(), bytes.size(), nullptr, &model), FERRY_OK) << ferry_last_error();
+    info.struct_size = sizeof(info);
+    if (model) ferry_model_get_info(model, &info);
+  }
+  ~Model() { ferry_model_free(model); }
+};
+
+ferry_session_options cuda_options(size_t batch, size_t seq) {
+  ferry_session_options o;
+  ferry_session_options_init(&o);
+  o.backend = FERRY_BACKEND_CUDA;
+  o.max_batch = batch;
+  o.max_seq = seq;
+  return o;
+}
+
+// A CUDA session in its own arena, released at the end.
+struct Session {
+  AlignedBytes arena;
+  ferry_session* s = nullptr;
+  ferry_status status = FERRY_OK;
+  std::string error;
+  Session(const Model& m, const ferry_session_options& o) {
+    size_t need = 0;
+    status = ferry_session_arena_size(m.model, &o, &need);
+    if (status == FERRY_OK) {
+      arena = AlignedBytes(need);
+      status = ferry_session_init(m.model, &o, arena.data(), need, &s);
+    }
+    if (status != FERRY_OK) error = ferry_last_error();
+  }
+  ~Session() { ferry_session_release(s); }
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  std::vector<float> run(const Model& m, const std::vector<float>& x, size_t batch, size_t seq,
+                         const std::vector<int32_t>& lengths = {}) {
+    size_t n = 0;
+    EXPECT_EQ(ferry_output_floats(m.model, batch, seq, &n), FERRY_OK);
+    std::vector<float> y(n, -7.0f);
+    EXPECT_EQ(ferry_run(s, x.data(), batch, seq, lengths.empty() ? nullptr : lengths.data(), y.data(), y.size()),
+              FERRY_OK)
+        << ferry_last_error();
+    return y;
+  }
+  std::vector<float> state(const Model& m, size_t batch) {
+    std::vector<float> v(batch * m.info.state_floats);
+    EXPECT_EQ(ferry_state_get(s, batch, v.data(), v.size()), FERRY_OK) << ferry_last_error();
+    return v;
+  }
+};
+
+ModelSpec lstm_spec(uint32_t in, uint32_t hidden, uint32_t layers, bool batch_first, uint64_t seed,
+                    uint32_t proj = 0) {
+  ModelSpec spec;
+  spec.input_size = in;
+  spec.batch_first = batch_first;
+  spec.seed = seed;
+  LayerSpec l;
+  l.op = L::LSTM, l.size = hidden, l.num_layers = layers, l.proj = proj;
+  LayerSpec fc;
+  fc.op = L::Linear, fc.size = 5;
+  spec.layers = {l, fc};
+  return spec;
+}
+
+std::vector<float> inputs(size_t n, uint64_t seed) {
+  std::vector<float> x(n);
+  for (size_t i = 0; i < n; ++i) x[i] = ferry::test::uniform_pm1(seed, 9, i);
+  return x;
+}
+
+bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// The reason the CUDA backend cannot run here, or "" when it can.
+std::string unavailable() {
+  Model m(lstm_spec(4, 8, 1, false, 1));
+  const ferry_session_options o = cuda_options(1, 1);
+  size_t need = 0;
+  if (ferry_session_arena_size(m.model, &o, &need) == FERRY_OK) return "";
+  return ferry_last_error();
+}
+
+#define REQUIRE_CUDA()                                                  \
+  do {                                                                  \
+    const std::string why = unavailable();                              \
+    if (!why.empty()) GTEST_SKIP() << "CUDA backend unavailable: " << why; \
+  } while (0)
+
+// Sets an environment variable for the life of the object.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    const char* old = std::getenv(name);
+    had_ = old != nullptr;
+    if (had_) old_ = old;
+    setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (had_) {
+      setenv(name_, old_.c_str(), 1);
+    } else {
+      unsetenv(name_);
+    }
+  }
+
+ private:
+  const char* name_;
+  bool had_ = false;
+  std::string old_;
+};
+
+// Two sessions of one model on their own streams, driven at the same time
+// from two threads: each gives exactly what it gives alone.
+TEST(CudaBackend, TwoSessionsOnTwoStreamsAtOnce) {
+  REQUIRE_CUDA();
+  Model m(lstm_spec(16, 128, 2, true, 3));
+  const size_t B = 4, T = 33;
+  const std::vector<float> xa = inputs(B * T * 16, 1), xb = inputs(B * T * 16, 2);
+  std::vector<float> want_a, want_b;
+  {
+    Session s(m, cuda_options(B, T));
+    ASSERT_EQ(s.status, FERRY_OK) << s.error;
+    want_a = s.run(m, xa, B, T);
+    ASSERT_EQ(ferry_state_reset(s.s), FERRY_OK);
+    want_b = s.run(m, xb, B, T);
+  }
+  Session a(m, cuda_options(B, T)), b(m, cuda_options(B, T));
+  ASSERT_EQ(a.status, FERRY_OK) << a.error;
+  ASSERT_EQ(b.status, FERRY_OK) << b.error;
+  constexpr int kRounds = 20;
+  int bad_a = 0, bad_b = 0;
+  const auto drive = [&m, B, T](Session* s, const std::vector<float>* x, const std::vector<float>* want, int* bad) {
+    for (int r = 0; r < kRounds; ++r) {
+      if (ferry_state_reset(s->s) != FERRY_OK) ++*bad;
+      if (!bit_equal(s->run(m, *x, B, T), *want)) ++*bad;
+    }
+  };
+  std::thread ta(drive, &a, &xa, &want_a, &bad_a), tb(drive, &b, &xb, &want_b, &bad_b);
+  ta.join();
+  tb.join();
+  EXPECT_EQ(bad_a, 0);
+  EXPECT_EQ(bad_b, 0);
+}
+
+// The persistent kernel (default where W_hh fits) and the CUDA Graph
+// replay (FERRY_CUDA_RECURRENCE=graph), copy and zero-copy paths, whole
+// sequence and step by step: the same bits.
+TEST(CudaBackend, PersistentGraphZeroCopyAndStepAgreeBitForBit) {
+  REQUIRE_CUDA();
+  for (uint32_t hidden : {64u, 256u}) {
+    SCOPED_TRACE("hidden " + std::to_string(hidden));
+    Model m(lstm_spec(32, hidden, 2, false, hidden));
+    const size_t B = 2, T = 40;
+    const std::vector<float> x = inputs(T * B * 32, 5);
+    Session base(m, cuda_options(B, T));
+    ASSERT_EQ(base.status, FERRY_OK) << base.error;
+    const std::vector<float> want = base.run(m, x, B, T);
+    const std::vector<float> want_state = base.state(m, B);
+    {
+      ScopedEnv env("FERRY_CUDA_RECURRENCE", "graph");
+      Session graph(m, cuda_options(B, T));
+      ASSERT_EQ(graph.status, FERRY_OK) << graph.error;
+      EXPECT_TRUE(bit_equal(graph.run(m, x, B, T), want)) << "graph replay";
+      EXPECT_TRUE(bit_equal(graph.state(m, B), want_state));
+    }
+    ferry_session_options zo = cuda_options(B, T);
+    zo.device_io = FERRY_DEVICE_IO_ZERO_COPY;
+    Session zero(m, zo);
+    if (zero.status == FERRY_UNSUPPORTED) {
+      std::printf("zero copy not testable here: %s\n", zero.error.c_str());
+    } else {
+      ASSERT_EQ(zero.status, FERRY_OK) << zero.error;
+      EXPECT_TRUE(bit_equal(zero.run(m, x, B, T), want)) << "zero copy";
+    }
+    Session stream(m, cuda_options(B, 1));
+    ASSERT_EQ(stream.status, FERRY_OK) << stream.error;
+    std::vector<float> steps;
+    for (size_t t = 0; t < T; ++t) {
+      const std::vector<float> xt(x.begin() + t * B * 32, x.begin() + (t + 1) * B * 32);
+      const std::vector<float> yt = stream.run(m, xt, B, 1);
+      steps.insert(steps.end(), yt.begin(), yt.end());
+    }
+    EXPECT_TRUE(bit_equal(steps, want)) << "ferry_step vs ferry_run";
+    EXPECT_TRUE(bit_equal(stream.state(m, B), want_state));
+  }
+}
+
+// ferry_state_get / set / reset copy the state resident on the GPU: half a
+// sequence, the state moved to another session, the other half there.
+TEST(CudaBackend, StateRoundTrips) {
+  REQUIRE_CUDA();
+  Model m(lstm_spec(8, 48, 2, true, 7, 20));
+  const size_t B = 3, T = 10, I = 8;
+  const std::vector<float> x = inputs(B * T * I, 8);  // batch-first [B][T][I]
+  std::vector<float> first(B * T / 2 * I), second(B * T / 2 * I);
+  for (size_t b = 0; b < B; ++b) {
+    std::memcpy(&first[b * T / 2 * I], &x[b * T * I], T / 2 * I * sizeof(float));
+    std::memcpy(&second[b * T / 2 * I], &x[(b * T + T / 2) * I], T / 2 * I * sizeof(float));
+  }
+  Session whole(m, cuda_options(B, T)), s1(m, cuda_options(B, T)), s2(m, cuda_options(B, T));
+  ASSERT_EQ(whole.status, FERRY_OK) << whole.error;
+  const std::vector<float> want = whole.run(m, x, B, T);
+  s1.run(m, first, B, T / 2);
+  std::vector<float> state = s1.state(m, B);
+  ASSERT_EQ(ferry_state_set(s2.s, B, state.data(), state.size()), FERRY_OK) << ferry_last_error();
+  const std::vector<float> tail = s2.run(m, second, B, T / 2);
+  for (size_t b = 0; b < B; ++b) {
+    EXPECT_EQ(std::memcmp(&tail[b * T / 2 * 5], &want[(b * T + T / 2) * 5], T / 2 * 5 * sizeof(float)), 0) << b;
+  }
+  EXPECT_TRUE(bit_equal(s2.state(m, B), whole.state(m, B)));
+  ASSERT_EQ(ferry_state_reset(whole.s), FERRY_OK);
+  EXPECT_EQ(whole.state(m, B), std::vector<float>(B * m.info.state_floats, 0.0f));
+}
+
+#if defined(FERRY_TEST_HAVE_CUDA)
+struct CountingAllocator {
+  int allocations = 0, deallocations = 0;
+  size_t bytes = 0;
+  void* last = nullptr;
+  bool refuse = false;
+  static void* allocate(void* ctx, size_t bytes, size_t alignment) {
+    CountingAllocator* a = static_cast<CountingAllocator*>(ctx);
+    ++a->allocations;
+    a->bytes = bytes;
+    if (a->refuse) return nullptr;
+    void* p = nullptr;
+    if (cudaMalloc(&p, bytes) != cudaSuccess || reinterpret_cast<uintptr_t>(p) % alignment != 0) return nullptr;
+    return a->last = p;
+  }
+  static void deallocate(void* ctx, void* p, size_t bytes) {
+    CountingAllocator* a = static_cast<CountingAllocator*>(ctx);
+    ++a->deallocations;
+    EXPECT_EQ(p, a->last);
+    EXPECT_EQ(bytes, a->bytes);
+    cudaFree(p);
+  }
+};
+#endif
+
+// ferry_session_memory: the arena is ferry_session_arena_size, the device
+// bytes are what a caller's allocator is asked for, once, and given back
+// once by ferry_session_release; results do not depend on whose memory.
+TEST(CudaBackend, MemoryIsReportedAndTheCallersAllocatorIsUsed) {
+  REQUIRE_CUDA();
+#if defined(FERRY_TEST_HAVE_CUDA)
+  Model m(lstm_spec(12, 64, 1, false, 9));
+  const size_t B = 2, T = 6;
+  ferry_session_options o = cuda_options(B, T);
+  size_t arena = 0, host = 0, device = 0;
+  ASSERT_EQ(ferry_session_arena_size(m.model, &o, &arena), FERRY_OK);
+  ASSERT_EQ(ferry_session_memory(m.model, &o, &host, &device), FERRY_OK);
+  EXPECT_EQ(host, arena);
+  EXPECT_GT(device, 0u);
+  const std::vector<float> x = inputs(T * B * 12, 10);
+  std::vector<float> want;
+  {
+    Session plain(m, o);
+    ASSERT_EQ(plain.status, FERRY_OK) << plain.error;
+    want = plain.run(m, x, B, T);
+  }
+  CountingAllocator counter;
+  const ferry_device_allocator allocator = {&counter, CountingAllocator::allocate, CountingAllocator::deallocate};
+  o.device_allocator = &allocator;
+  size_t device2 = 0;
+  ASSERT_EQ(ferry_session_memory(m.model, &o, nullptr, &device2), FERRY_OK);
+  EXPECT_EQ(device2, device);
+  {
+    Session s(m, o);
+    ASSERT_EQ(s.status, FERRY_OK) << s.error;
+    EXPECT_EQ(counter.allocations, 1);
+    EXPECT_EQ(counter.bytes, device);
+    EXPECT_TRUE(bit_equal(s.run(m, x, B, T), want));
+    EXPECT_EQ(counter.deallocations, 0);
+  }
+  EXPECT_EQ(counter.deallocations, 1);
+  // An allocator that has no memory: refused at init, nothing leaks.
+  counter.refuse = true;
+  Session refused(m, o);
+  EXPECT_EQ(refused.status, FERRY_UNSUPPORTED);
+  EXPECT_NE(refused.error.find("device_allocator returned NULL"), std::string::npos) << refused.error;
+  EXPECT_EQ(counter.deallocations, 1);
+#endif
+}
+
+// Errors are statuses with the CUDA text, never an abort or a hang.
+TEST(CudaBackend, ErrorsCarryTheCudaText) {
+  REQUIRE_CUDA();
+  Model m(lstm_spec(4, 16, 1, false, 11));
+  {
+    // More device memory than any GPU has (xproj: 2^25 rows x 2048 gates,
+    // 256 GiB), with a small host arena (an input of one feature, `last`).
+    ModelSpec big;
+    big.input_size = 1;
+    LayerSpec l, last, fc;
+    l.op = L::LSTM, l.size = 512, last.op = L::Last, fc.op = L::Linear, fc.size = 1;
+    big.layers = {l, last, fc};
+    Model mb(big);
+    size_t host = 0, device = 0;
+    const ferry_session_options huge = cuda_options(size_t{1} << 10, size_t{1} << 15);
+    ASSERT_EQ(ferry_session_memory(mb.model, &huge, &host, &device), FERRY_OK) << ferry_last_error();
+    EXPECT_GT(device, size_t{256} << 30);
+    EXPECT_LT(host, size_t{256} << 20);
+    Session oom(mb, huge);
+  EXPECT_EQ(oom.status, FERRY_UNSUPPORTED);
+  EXPECT_NE(oom.error.find("cudaMalloc"), std::string::npos) << oom.error;
+  EXPECT_NE(oom.error.find("cudaErrorMemoryAllocation"), std::string::npos) << oom.error;
+  }
+  // A device that does not exist.
+  ferry_session_options nowhere = cuda_options(1, 1);
+  nowhere.device = 1000;
+  Session none(m, nowhere);
+  EXPECT_EQ(none.status, FERRY_INVALID_ARGUMENT);
+  EXPECT_NE(none.error.find("device"), std::string::npos) << none.error;
+  // A released session refuses to run.
+  Session s(m, cuda_options(1, 4));
+  ASSERT_EQ(s.status, FERRY_OK) << s.error;
+  ASSERT_EQ(ferry_session_release(s.s), FERRY_OK);
+  std::vector<float> x(16, 0.5f), y(5 * 4);
+  EXPECT_EQ(ferry_run(s.s, x.data(), 1, 4, nullptr, y.data(), y.size()), FERRY_INVALID_STATE);
+  EXPECT_NE(std::string(ferry_last_error()).find("released"), std::string::npos) << ferry_last_error();
+  std::vector<float> state(m.info.state_floats);
+  EXPECT_EQ(ferry_state_get(s.s, 1, state.data(), state.size()), FERRY_INVALID_STATE);
+  EXPECT_EQ(ferry_session_release(s.s), FERRY_OK);  // twice: harmless
+}
+
+// `ferry selftest` on the GPU: the stored golden vectors through the CUDA
+// backend (the CLI's path is tests/e2e/test_cuda_cli.cpp).
+TEST(CudaBackend, SelftestPasses) {
+  REQUIRE_CUDA();
+  Model m(lstm_spec(6, 24, 2, true, 12), /*vectors=*/true);
+  size_t bytes = 0;
+  ASSERT_EQ(ferry_selftest_arena_size(m.model, &bytes), FERRY_OK) << ferry_last_error();
+  AlignedBytes arena(bytes);
+  int passed = 0;
+  float error = -1;
+  ASSERT_EQ(ferry_selftest(m.model, FERRY_BACKEND_CUDA, arena.data(), bytes, &passed, &error), FERRY_OK)
+      << ferry_last_error();
+  EXPECT_EQ(passed, 1) << error;
+}
+
+}  // namespace

@@ -1,0 +1,965 @@
+// The CUDA backend's host logic, on the CPU, in every build (with or
+// without FERRY_CUDA, with or without a GPU):
+//   - the plan: device and host layouts exact and deterministic, regions
+//     disjoint, the weights uploaded as stored (the kernels' index math
+//     against the model view), the persistent-kernel-or-graph rule for the
+//     workloads of the benchmark on an Orin, a Thor and an H100, the
+//     zero-copy rule, what the backend refuses;
+//   - the executor and the kernels' arithmetic (device_math.h), through an
+//     emulation of the kernels (EmulatedDevice below: the same per-unit
+//     functions the kernels call, the same block and batch-tile
+//     decomposition, the same step-counter protocol, sequential loops where
+//     the device has threads): every chain against the reference backend,
+//     ferry_step against ferry_run bit for bit, the persistent kernel
+//     against the graph replay bit for bit, the number of launches of
+//     each kind, the state round trip, both I/O paths.
+// What it cannot check: the CUDA-specific parts of kernels.cu (the thread
+// mapping, shared memory, synchronisation) and cuda_backend.cpp (the CUDA
+// runtime calls). tests/unit/test_cuda_backend.cpp and the shared body of
+// test_backends.cpp run those on a GPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/cuda/device_math.h"
+#include "backend/cuda/executor.h"
+#include "backend/cuda/plan.h"
+#include "ferry/ferry.h"
+#include "ferry/ferry_generated.h"
+#include "model/model.h"
+#include "random_models.h"
+
+namespace {
+
+using ferry::test::AlignedBytes;
+using ferry::test::LayerSpec;
+using ferry::test::ModelSpec;
+using ferry::test::Runner;
+using L = ferry::conv::LayerOp;
+namespace fc = ferry::cuda;
+
+// ------------------------------------------------ devices, on paper --
+
+// Capabilities as the CUDA runtime reports them (cudaDevAttr...). Thor's
+// are assumed from its data sheet (20 SMs of sm_110, 228 KiB per SM), the
+// others are what cudaGetDeviceProperties gives on those boards.
+fc::DeviceCaps orin() {
+  fc::DeviceCaps c;
+  c.cc_major = 8, c.cc_minor = 7, c.sm_count = 16;  // AGX Orin 64 GB (Orin NX: 8, Orin Nano: 4 to 8)
+  c.shared_per_block_optin = 166912, c.shared_per_sm = 167936;
+  c.integrated = true, c.can_map_host_memory = true, c.host_register_supported = true, c.cooperative_launch = true;
+  return c;
+}
+
+fc::DeviceCaps thor() {
+  fc::DeviceCaps c;
+  c.cc_major = 11, c.cc_minor = 0, c.sm_count = 20;
+  c.shared_per_block_optin = 232448, c.shared_per_sm = 233472;
+  c.integrated = true, c.can_map_host_memory = true, c.host_register_supported = true, c.cooperative_launch = true;
+  return c;
+}
+
+fc::DeviceCaps h100() {
+  fc::DeviceCaps c;
+  c.cc_major = 9, c.cc_minor = 0, c.sm_count = 132;
+  c.shared_per_block_optin = 232448, c.shared_per_sm = 233472;
+  c.integrated = false, c.can_map_host_memory = true, c.host_register_supported = true, c.cooperative_launch = true;
+  return c;
+}
+
+// A device without cooperative launch: every cell replays graphs.
+fc::DeviceCaps no_cooperative() {
+  fc::DeviceCaps c = h100();
+  c.cooperative_launch = false;
+  return c;
+}
+
+// ------------------------------------------------- the emulated device --
+
+// The kernels of kernels.cu, run on the CPU with the same arithmetic:
+// phase_a_unit / phase_b_row / cell_update / panel_dot of device_math.h,
+// the blocks and batch tiles the plan chose, the step counter protocol.
+struct EmulatedDevice {
+  int gemms = 0, persistent = 0, graph_many = 0, graph_one = 0, ingests = 0, emits = 0;
+  int to_device = 0, to_host = 0, finishes = 0;
+  int fail_after_launches = -1;  // > 0: that many recurrent launches succeed, then one fails
+};
+
+EmulatedDevice* emu(void* ctx) { return static_cast<EmulatedDevice*>(ctx); }
+
+void emulate_phase_a(const fc::RecurrentParams& p, const fc::CallView& call, int i, int block) {
+  uint32_t p0 = 0, p1 = 0;
+  fc::block_range(static_cast<uint32_t>(block), static_cast<uint32_t>(p.panels_per_block), fc::panels_of(p.hidden),
+                  &p0, &p1);
+  if (p0 >= p1) return;
+  const fc::StepView sv = fc::step_view(p, call, i);
+  const uint32_t G = p.gates, P = p.h_out;
+  const float* w = p.w_hh + size_t{p0} * P * G * 8;
+  const int vecs = static_cast<int>((p1 - p0) * G), rows = vecs * 8, units = static_cast<int>((p1 - p0) * 8);
+  const int tile = p.batch_tile, splits = static_cast<int>(fc::k_splits_for(P));
+  const uint32_t chunk = fc::k_chunk_for(P);
+  std::vector<float> hs(size_t(tile) * P), part(size_t(splits) * tile * rows);
+  for (int b0 = 0; b0 < call.batch; b0 += tile) {
+    const int nb = std::min(tile, call.batch - b0);
+    std::memcpy(hs.data(), sv.h_prev + size_t(b0) * P, size_t(nb) * P * sizeof(float));
+    for (int s = 0; s < splits; ++s)
+      for (int bb = 0; bb < nb; ++bb)
+        for (int v = 0; v < vecs; ++v)
+          for (uint32_t j = 0; j < 8; ++j) {
+            const uint32_t k0 = s * chunk, k1 = std::min(P, k0 + chunk);
+            part[(size_t(s) * tile + bb) * rows + v * 8 + j] =
+                fc::panel_dot(w, G, P, static_cast<uint32_t>(v), j, &hs[size_t(bb) * P], k0, k1);
+          }
+    for (int bb = 0; bb < nb; ++bb)
+      for (int ul = 0; ul < units; ++ul)
+        fc::phase_a_unit(p, call, sv, static_cast<int32_t>(p0), tile, rows, hs.data(), part.data(), bb, b0 + bb, ul);
+  }
+}
+
+void emulate_phase_b(const fc::RecurrentParams& p, const fc::CallView& call, int i, int block) {
+  uint32_t q0 = 0, q1 = 0;
+  fc::block_range(static_cast<uint32_t>(block), static_cast<uint32_t>(p.proj_panels_per_block),
+                  fc::panels_of(p.h_out), &q0, &q1);
+  if (q0 >= q1) return;
+  const fc::StepView sv = fc::step_view(p, call, i);
+  const uint32_t H = p.hidden;
+  const float* w = p.w_hr + size_t{q0} * H * 8;
+  const int vecs = static_cast<int>(q1 - q0), rows = vecs * 8;
+  const int tile = p.proj_batch_tile, splits = static_cast<int>(fc::k_splits_for(H));
+  const uint32_t chunk = fc::k_chunk_for(H);
+  std::vector<float> hs(size_t(tile) * H), part(size_t(splits) * tile * rows);
+  for (int b0 = 0; b0 < call.batch; b0 += tile) {
+    const int nb = std::min(tile, call.batch - b0);
+    std::memcpy(hs.data(), p.h_full + size_t(b0) * H, size_t(nb) * H * sizeof(float));
+    for (int s = 0; s < splits; ++s)
+      for (int bb = 0; bb < nb; ++bb)
+        for (int v = 0; v < vecs; ++v)
+          for (uint32_t j = 0; j < 8; ++j) {
+            const uint32_t k0 = s * chunk, k1 = std::min(H, k0 + chunk);
+            part[(size_t(s) * tile + bb) * rows + v * 8 + j] =
+                fc::panel_dot(w, 1, H, static_cast<uint32_t>(v), j, &hs[size_t(bb) * H], k0, k1);
+          }
+    for (int bb = 0; bb < nb; ++bb)
+      for (int row = 0; row < rows; ++row)
+        fc::phase_b_row(p, call, sv, static_cast<int32_t>(q0), tile, rows, part.data(), bb, b0 + bb, row);
+  }
+}
+
+// One step as the graph replays it: kernel A on every block, kernel B, and
+// the last block's counter update.
+void emulate_step(const fc::CellRuntime& cell) {
+  const fc::RecurrentParams& p = cell.step;
+  const fc::CallView call = fc::read_call(p);
+  const int i = p.counter[0];
+  ASSERT_EQ(p.counter[1], 0) << "blocks-done counter not reset";
+  ASSERT_LT(i, call.steps) << "step counter past the call's steps";
+  for (uint32_t b = 0; b < cell.recurrence.step.blocks; ++b) emulate_phase_a(p, call, i, static_cast<int>(b));
+  if (p.w_hr) {
+    for (uint32_t b = 0; b < cell.recurrence.step.proj_blocks; ++b) emulate_phase_b(p, call, i, static_cast<int>(b));
+  }
+  p.counter[0] = fc::next_step(i, call.steps);
+}
+
+void emulate_persistent(const fc::CellRuntime& cell) {
+  const fc::RecurrentParams& p = cell.resident;
+  const fc::CallView call = fc::read_call(p);
+  const fc::Decomposition& d = cell.recurrence.resident;
+  ASSERT_LE(d.blocks, 132u);
+  for (int i = 0; i < call.steps; ++i) {
+    for (uint32_t b = 0; b < d.blocks; ++b) emulate_phase_a(p, call, i, static_cast<int>(b));
+    if (p.w_hr) {
+      for (uint32_t b = 0; b < d.blocks; ++b) emulate_phase_b(p, call, i, static_cast<int>(b));
+    }
+  }
+}
+
+ferry_status op_to_device(void* ctx, void* dst, const void* src, size_t bytes) {
+  ++emu(ctx)->to_device;
+  std::memcpy(dst, src, bytes);
+  return FERRY_OK;
+}
+ferry_status op_to_host(void* ctx, void* dst, const void* src, size_t bytes) {
+  ++emu(ctx)->to_host;
+  std::memcpy(dst, src, bytes);
+  return FERRY_OK;
+}
+ferry_status op_zero(void*, void* dst, size_t bytes) {
+  std::memset(dst, 0, bytes);
+  return FERRY_OK;
+}
+ferry_status op_gemm(void* ctx, const fc::GemmParams& g) {
+  ++emu(ctx)->gemms;
+  for (int64_t r = 0; r < g.m; ++r)
+    for (int32_t c = 0; c < g.n; ++c) {
+      float acc = 0.0f;
+      for (int32_t k = 0; k < g.k; ++k)
+        acc = fmaf(g.a[r * g.lda + k], g.w[fc::gemm_weight_index(g.gates, g.k, c, k)], acc);
+      g.c[r * g.ldc + c] = (g.bias ? g.bias[c] : 0.0f) + acc;
+    }
+  return FERRY_OK;
+}
+ferry_status op_recurrent(void* ctx, const fc::CellRuntime& cell, fc::StepLaunch how) {
+  EmulatedDevice* e = emu(ctx);
+  if (e->fail_after_launches == 0) return ferry_status(FERRY_INVALID_STATE);
+  if (e->fail_after_launches > 0) --e->fail_after_launches;
+  switch (how) {
+    case fc::StepLaunch::kPersistent:
+      ++e->persistent;
+      emulate_persistent(cell);
+      break;
+    case fc::StepLaunch::kGraphMany:
+      ++e->graph_many;
+      for (int i = 0; i < fc::kGraphSteps; ++i) emulate_step(cell);
+      break;
+    case fc::StepLaunch::kGraphOne:
+      ++e->graph_one;
+      emulate_step(cell);
+      break;
+  }
+  return FERRY_OK;
+}
+ferry_status op_activation(void*, int32_t op, float* x, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    x[i] = op == fc::kActRelu ? (v < 0.0f ? 0.0f : v) : op == fc::kActTanh ? tanhf(v) : fc::sigmoid_f(v);
+  }
+  return FERRY_OK;
+}
+ferry_status op_softmax(void*, float* x, size_t rows, size_t n) {
+  for (size_t r = 0; r < rows; ++r) {
+    float* v = x + r * n;
+    float m = -INFINITY, sum = 0.0f;
+    for (size_t i = 0; i < n; ++i) m = v[i] > m ? v[i] : m;
+    for (size_t i = 0; i < n; ++i) sum += (v[i] = expf(v[i] - m));
+    for (size_t i = 0; i < n; ++i) v[i] *= 1.0f / sum;
+  }
+  return FERRY_OK;
+}
+ferry_status op_last(void*, const fc::LastParams& p) {
+  for (int64_t b = 0; b < p.batch; ++b) {
+    const int64_t t = p.lengths ? p.lengths[b] - 1 : p.steps - 1;
+    std::memcpy(p.dst + b * p.features, p.src + (t * p.batch + b) * p.features, size_t(p.features) * sizeof(float));
+  }
+  return FERRY_OK;
+}
+ferry_status op_ingest(void* ctx, const fc::IngestParams& p) {
+  ++emu(ctx)->ingests;
+  for (int64_t t = 0; t < p.steps; ++t)
+    for (int64_t b = 0; b < p.batch; ++b)
+      for (int64_t f = 0; f < p.features; ++f) {
+        const int64_t i = (t * p.batch + b) * p.features + f;
+        p.dst[i] = p.src[p.batch_first ? (b * p.steps + t) * p.features + f : i];
+      }
+  return FERRY_OK;
+}
+ferry_status op_emit(void* ctx, const fc::EmitParams& p) {
+  ++emu(ctx)->emits;
+  for (int64_t t = 0; t < p.steps; ++t)
+    for (int64_t b = 0; b < p.batch; ++b)
+      for (int64_t f = 0; f < p.features; ++f) {
+        const int64_t i = (t * p.batch + b) * p.features + f;
+        const float v = p.lengths && t >= p.lengths[b] ? 0.0f : p.src[i];
+        p.dst[p.batch_first ? (b * p.steps + t) * p.features + f : i] = v;
+      }
+  return FERRY_OK;
+}
+ferry_status op_finish(void* ctx) {
+  ++emu(ctx)->finishes;
+  return FERRY_OK;
+}
+
+const fc::DeviceOps kEmulatedOps = {op_to_device, op_to_host, op_zero,   op_gemm, op_recurrent, op_activation,
+                                    op_softmax,   op_last,    op_ingest, op_emit, op_finish};
+
+// A CUDA-backend session on the emulated device: the backend's own plan and
+// executor, host memory standing in for the device block (and, zero copy,
+// for the mapped staging block).
+class EmulatedSession {
+ public:
+  EmulatedSession(const ferry_model* m, size_t max_batch, size_t max_seq, const fc::DeviceCaps& caps,
+                  bool zero_copy)
+      : model_(m), caps_(caps) {
+    config_.max_batch = max_batch;
+    config_.max_seq = max_seq;
+    config_.backend = FERRY_BACKEND_CUDA;
+    status_ = fc::check_model(m, config_, caps);
+    if (status_ != FERRY_OK) return;
+    EXPECT_EQ(fc::plan_device(m, max_batch, max_seq, &dev_, nullptr), FERRY_OK);
+    device_ = AlignedBytes(dev_.total);
+    std::memset(device_.data(), 0x7f, dev_.total);  // garbage where nothing is written
+    std::memcpy(device_.data(), m->bytes + dev_.weights_begin, dev_.weights_bytes);
+    const size_t weights_end = (dev_.weights_bytes + 255) / 256 * 256;
+    std::memset(device_.data() + weights_end, 0, dev_.total - weights_end);
+    ferry::ArenaPlan arena;
+    arena.reserve(sizeof(ferry_session));
+    EXPECT_EQ(fc::plan_host(m, max_batch, max_seq, dev_, caps.host_page_size, sizeof(fc::ExecState),
+                            sizeof(fc::CellRuntime), &arena, &host_),
+              FERRY_OK);
+    arena_ = AlignedBytes(arena.end());
+    cells_.resize(m->num_cells);
+    uint8_t* staging = fc::staging_in_region(arena_.data() + host_.staging_region, caps.host_page_size);
+    status_ = fc::build_exec_state(m, config_, caps, zero_copy, device_.data(), staging, staging, cells_.data(), &x_);
+  }
+
+  ferry_status status() const { return status_; }
+  fc::ExecState& exec() { return x_; }
+  EmulatedDevice& device() { return emu_; }
+  const fc::DeviceLayout& layout() const { return dev_; }
+  const fc::HostLayout& host() const { return host_; }
+  uint8_t* device_memory() { return device_.data(); }
+
+  ferry_status run(const std::vector<float>& input, size_t batch, size_t seq, const std::vector<int32_t>& lengths,
+                   std::vector<float>* out) {
+    size_t n = 0;
+    ferry_output_floats(model_, batch, seq, &n);
+    out->assign(n, -7.0f);
+    const ferry::RunCall call{input.data(), nullptr, batch, seq, lengths.empty() ? nullptr : lengths.data(), out->data(), seq};
+    return fc::execute(x_, kEmulatedOps, &emu_, call);
+  }
+  std::vector<float> state(size_t batch) {
+    std::vector<float> s(batch * model_->state_floats);
+    EXPECT_EQ(fc::copy_state(x_, kEmulatedOps, &emu_, batch, s.data(), true), FERRY_OK);
+    return s;
+  }
+  void set_state(size_t batch, std::vector<float> s) {
+    EXPECT_EQ(fc::copy_state(x_, kEmulatedOps, &emu_, batch, s.data(), false), FERRY_OK);
+  }
+  void reset() { EXPECT_EQ(fc::reset_state(x_, kEmulatedOps, &emu_), FERRY_OK); }
+
+ private:
+  const ferry_model* model_;
+  fc::DeviceCaps caps_;
+  ferry::SessionConfig config_;
+  ferry_status status_ = FERRY_OK;
+  fc::DeviceLayout dev_;
+  fc::HostLayout host_;
+  AlignedBytes device_, arena_;
+  std::vector<fc::CellRuntime> cells_;
+  fc::ExecState x_;
+  EmulatedDevice emu_;
+};
+
+// ------------------------------------------------------------- cases --
+
+struct Case {
+  std::string name;
+  ModelSpec spec;
+  size_t batch, seq;
+  bool varlen;
+};
+
+std::vector<Case> cases() {
+  const auto lstm = [](uint32_t h, uint32_t layers = 1, bool bi = false, uint32_t proj = 0, bool bias = true) {
+    LayerSpec s;
+    s.op = L::LSTM, s.size = h, s.num_layers = layers, s.bidirectional = bi, s.proj = proj, s.bias = bias;
+    return s;
+  };
+  const auto rec = [](L op, uint32_t h, uint32_t layers = 1, bool bi = false, bool bias = true) {
+    LayerSpec s;
+    s.op = op, s.size = h, s.num_layers = layers, s.bidirectional = bi, s.bias = bias;
+    return s;
+  };
+  const auto op = [](L o, uint32_t size = 0) {
+    LayerSpec s;
+    s.op = o, s.size = size;
+    return s;
+  };
+  const auto spec = [](uint32_t in, bool bf, std::vector<LayerSpec> layers, uint64_t seed) {
+    ModelSpec m;
+    m.input_size = in, m.batch_first = bf, m.layers = std::move(layers), m.seed = seed;
+    return m;
+  };
+  return {
+      {"lstm h1", spec(3, false, {lstm(1)}, 1), 1, 5, false},
+      {"lstm bf last fc", spec(5, true, {lstm(8), op(L::Last), op(L::Linear, 3)}, 2), 1, 9, false},
+      {"lstm 2 layers", spec(7, false, {lstm(13, 2), op(L::Last), op(L::Linear, 2)}, 3), 3, 6, false},
+      {"lstm nobias fc tanh", spec(9, true, {lstm(37, 1, false, 0, false), op(L::Linear, 5), op(L::Tanh)}, 4), 2, 7,
+       false},
+      {"lstm proj 2 layers", spec(12, true, {lstm(24, 2, false, 5), op(L::Last), op(L::Linear, 4)}, 5), 3, 5, false},
+      {"lstm proj bi varlen", spec(6, false, {lstm(20, 1, true, 11), op(L::Last), op(L::Linear, 1), op(L::Sigmoid)},
+                                   6),
+       4, 6, true},
+      {"lstm bi 2 layers varlen", spec(10, true, {lstm(29, 2, true)}, 7), 5, 7, true},
+      {"lstm wide batch 37 varlen softmax",
+       spec(33, true, {lstm(72), op(L::Last), op(L::Linear, 6), op(L::ReLU), op(L::Linear, 3), op(L::Softmax)}, 8), 37,
+       3, true},
+      {"lstm 40 steps", spec(24, false, {lstm(40), op(L::Last), op(L::Linear, 2)}, 9), 4, 40, false},
+      {"lstm k splits", spec(16, false, {lstm(260)}, 10), 2, 3, false},
+      {"lstm proj k splits", spec(8, true, {lstm(300, 1, false, 257)}, 11), 2, 3, true},
+      {"gru", spec(4, false, {rec(L::GRU, 3), op(L::Last), op(L::Linear, 2)}, 12), 1, 8, false},
+      {"gru 2 layers bf", spec(11, true, {rec(L::GRU, 24, 2)}, 13), 2, 6, false},
+      {"gru bi nobias varlen", spec(7, false, {rec(L::GRU, 19, 1, true, false), op(L::Last), op(L::Linear, 3)}, 14),
+       3, 5, true},
+      {"gru fc varlen", spec(48, true, {rec(L::GRU, 50), op(L::Linear, 7)}, 15), 6, 9, true},
+      {"gru 70 steps", spec(20, false, {rec(L::GRU, 33), op(L::Last), op(L::Linear, 2)}, 16), 1, 70, false},
+      {"rnn tanh", spec(5, true, {rec(L::RNN_TANH, 9), op(L::Last), op(L::Linear, 2)}, 17), 1, 6, false},
+      {"rnn tanh bi 2 layers varlen", spec(8, false, {rec(L::RNN_TANH, 67, 2, true)}, 18), 3, 5, true},
+      {"rnn relu", spec(6, false, {rec(L::RNN_RELU, 15), op(L::Last), op(L::Linear, 3)}, 19), 2, 7, false},
+      {"rnn relu nobias fc sigmoid", spec(17, true, {rec(L::RNN_RELU, 130, 1, false, false), op(L::Linear, 9),
+                                                    op(L::Sigmoid)},
+                                          20),
+       1, 4, false},
+      {"linear relu softmax", spec(10, false, {op(L::Linear, 6), op(L::ReLU), op(L::Linear, 3), op(L::Softmax)}, 21), 5,
+       1, false},
+      {"linear", spec(35, false, {op(L::Linear, 17)}, 22), 40, 1, false},
+  };
+}
+
+struct Prepared {
+  std::vector<uint8_t> bytes;
+  std::unique_ptr<Runner> reference;  // owns the loaded model
+  std::vector<float> input;
+  std::vector<int32_t> lengths;
+};
+
+Prepared prepare(const Case& c) {
+  Prepared p;
+  p.bytes = ferry::test::build_model_bytes(c.spec);
+  p.reference.reset(new Runner(p.bytes, c.batch, c.seq, FERRY_BACKEND_REFERENCE));
+  EXPECT_EQ(p.reference->status(), FERRY_OK) << p.reference->last_error();
+  p.input.resize(c.batch * c.seq * c.spec.input_size);
+  for (size_t i = 0; i < p.input.size(); ++i) p.input[i] = ferry::test::uniform_pm1(c.spec.seed + 1000, 0, i);
+  if (c.varlen) {
+    for (size_t b = 0; b < c.batch; ++b) p.lengths.push_back(static_cast<int32_t>(1 + (b * 7 + 3) % c.seq));
+    p.lengths[0] = static_cast<int32_t>(c.seq);
+  }
+  return p;
+}
+
+double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return INFINITY;
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double e = std::fabs(double{a[i]} - double{b[i]});
+    if (!(e <= worst)) worst = e;
+  }
+  return worst;
+}
+
+bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+std::vector<float> reference_state(Runner& r, size_t batch) {
+  std::vector<float> s(batch * r.info().state_floats);
+  if (!s.empty()) EXPECT_EQ(ferry_state_get(r.session(), batch, s.data(), s.size()), FERRY_OK);
+  return s;
+}
+
+// ------------------------------------------------------------- tests --
+
+// Every chain, on three devices (persistent kernels on the H100 and Orin
+// where W_hh fits, graph replays elsewhere), both I/O paths: the emulated
+// CUDA backend gives the reference backend's output and final state within
+// 1e-5.
+TEST(CudaHost, EmulationMatchesReferenceOnEveryCase) {
+  struct Device {
+    const char* name;
+    fc::DeviceCaps caps;
+  } devices[] = {{"h100", h100()}, {"orin", orin()}, {"no cooperative launch", no_cooperative()}};
+  int persistent_runs = 0, graph_runs = 0;
+  for (const Case& c : cases()) {
+    SCOPED_TRACE(c.name);
+    Prepared p = prepare(c);
+    std::vector<float> want;
+    ASSERT_EQ(p.reference->run(p.input, c.batch, c.seq, &want, p.lengths.empty() ? nullptr : p.lengths.data()),
+              FERRY_OK);
+    const std::vector<float> want_state = reference_state(*p.reference, c.batch);
+    for (const Device& d : devices) {
+      for (bool zero_copy : {false, true}) {
+        SCOPED_TRACE(std::string(d.name) + (zero_copy ? " zero copy" : " copy"));
+        EmulatedSession s(p.reference->model(), c.batch, c.seq, d.caps, zero_copy);
+        ASSERT_EQ(s.status(), FERRY_OK) << ferry_last_error();
+        std::vector<float> got;
+        ASSERT_EQ(s.run(p.input, c.batch, c.seq, p.lengths, &got), FERRY_OK) << ferry_last_error();
+        EXPECT_LE(max_abs_diff(got, want), 1e-5);
+        EXPECT_LE(max_abs_diff(s.state(c.batch), want_state), 1e-5) << "final state";
+        persistent_runs += s.device().persistent;
+        graph_runs += s.device().graph_many + s.device().graph_one;
+        // The I/O path: one transfer each way (copy), none (zero copy).
+        EXPECT_EQ(s.device().to_device, zero_copy ? 0 : 1);
+        EXPECT_EQ(s.device().finishes, 2);  // the run, the state copy
+      }
+    }
+  }
+  EXPECT_GT(persistent_runs, 20);
+  EXPECT_GT(graph_runs, 20);
+}
+
+// ferry_step, one step at a time in a streaming session, gives exactly
+// ferry_run's output and final state; and the persistent kernel gives
+// exactly the graph replay's, whatever the blocks and batch tiles.
+TEST(CudaHost, StepEqualsRunAndPersistentEqualsGraphBitForBit) {
+  int checked = 0;
+  for (const Case& c : cases()) {
+    SCOPED_TRACE(c.name);
+    if (!c.varlen) {
+      Prepared p = prepare(c);
+      const ferry_model* m = p.reference->model();
+      if (!m->streamable || !m->has_time_axis) continue;
+      EmulatedSession whole(m, c.batch, c.seq, h100(), false);
+      EmulatedSession graph(m, c.batch, c.seq, no_cooperative(), true);
+      EmulatedSession stream(m, c.batch, 1, orin(), false);
+      std::vector<float> a, b;
+      ASSERT_EQ(whole.run(p.input, c.batch, c.seq, {}, &a), FERRY_OK);
+      ASSERT_EQ(graph.run(p.input, c.batch, c.seq, {}, &b), FERRY_OK);
+      EXPECT_TRUE(bit_equal(a, b)) << "persistent vs graph";
+      // Step by step, the input taken apart per step in the model's layout.
+      const size_t I = m->input_size, F = m->output_size, B = c.batch, T = c.seq;
+      std::vector<float> steps(a.size()), x(B * I), y;
+      for (size_t t = 0; t < T; ++t) {
+        for (size_t bb = 0; bb < B; ++bb) {
+          const size_t src = m->batch_first ? (bb * T + t) * I : (t * B + bb) * I;
+          std::memcpy(&x[bb * I], &p.input[src], I * sizeof(float));
+        }
+        ASSERT_EQ(stream.run(x, B, 1, {}, &y), FERRY_OK);
+        if (m->output_is_sequence) {
+          for (size_t bb = 0; bb < B; ++bb) {
+            const size_t dst = m->batch_first ? (bb * T + t) * F : (t * B + bb) * F;
+            std::memcpy(&steps[dst], &y[bb * F], F * sizeof(float));
+          }
+        } else if (t + 1 == T) {
+          steps = y;
+        }
+      }
+      EXPECT_TRUE(bit_equal(a, steps)) << "step vs run";
+      EXPECT_TRUE(bit_equal(whole.state(B), stream.state(B))) << "final state, step vs run";
+      EXPECT_TRUE(bit_equal(whole.state(B), graph.state(B))) << "final state, persistent vs graph";
+      EXPECT_EQ(stream.device().persistent, 0) << "single steps never launch the persistent kernel";
+      ++checked;
+    }
+  }
+  EXPECT_GE(checked, 12);
+}
+
+// What the executor launches: T = 37 steps are 2 replays of the 16-step
+// graph and 5 of the one-step graph on a cell without a persistent kernel,
+// one cooperative launch on a cell with one; every step of ferry_step is
+// one replay of the one-step graph.
+TEST(CudaHost, LaunchesPerCall) {
+  ModelSpec spec;
+  spec.input_size = 4;
+  LayerSpec l;
+  l.op = L::LSTM, l.size = 32, l.num_layers = 2;
+  spec.layers = {l};
+  const std::vector<uint8_t> bytes = ferry::test::build_model_bytes(spec);
+  Runner ref(bytes, 2, 37);
+  ASSERT_EQ(ref.status(), FERRY_OK);
+  std::vector<float> x(2 * 37 * 4, 0.25f), y;
+  EmulatedSession graph(ref.model(), 2, 37, no_cooperative(), false);
+  ASSERT_EQ(graph.run(x, 2, 37, {}, &y), FERRY_OK);
+  EXPECT_EQ(graph.device().graph_many, 2 * 2);
+  EXPECT_EQ(graph.device().graph_one, 5 * 2);
+  EXPECT_EQ(graph.device().persistent, 0);
+  EXPECT_EQ(graph.device().gemms, 2);  // one input projection per cell
+  EmulatedSession persistent(ref.model(), 2, 37, orin(), false);
+  ASSERT_EQ(persistent.run(x, 2, 37, {}, &y), FERRY_OK);
+  EXPECT_EQ(persistent.device().persistent, 2);
+  EXPECT_EQ(persistent.device().graph_many + persistent.device().graph_one, 0);
+  ASSERT_EQ(persistent.run(x, 2, 1, {}, &y), FERRY_OK);  // a single step
+  EXPECT_EQ(persistent.device().graph_one, 2);
+  // Copy path: one transfer in and one out per call, never per step.
+  EXPECT_EQ(persistent.device().to_device, 2);
+  EXPECT_EQ(persistent.device().to_host, 2);
+}
+
+// The state: ferry_state_get after half a sequence, set into a fresh
+// session, the second half there gives the run of the whole sequence; reset
+// starts again from zero; the layout is the reference backend's.
+TEST(CudaHost, StateRoundTrips) {
+  ModelSpec spec;
+  spec.input_size = 5;
+  LayerSpec a, b;
+  a.op = L::LSTM, a.size = 12, a.num_layers = 2, a.proj = 7;
+  b.op = L::GRU, b.size = 9;
+  spec.layers = {a, b};
+  const std::vector<uint8_t> bytes = ferry::test::build_model_bytes(spec);
+  const size_t B = 3, T = 8, I = 5;
+  Runner ref(bytes, B, T);
+  ASSERT_EQ(ref.status(), FERRY_OK);
+  std::vector<float> x(T * B * I);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = ferry::test::uniform_pm1(5, 5, i);
+  const std::vector<float> first(x.begin(), x.begin() + T / 2 * B * I), second(x.begin() + T / 2 * B * I, x.end());
+  EmulatedSession whole(ref.model(), B, T, orin(), false);
+  std::vector<float> y_whole, y1, y2;
+  ASSERT_EQ(whole.run(x, B, T, {}, &y_whole), FERRY_OK);
+  EmulatedSession s1(ref.model(), B, T, h100(), false), s2(ref.model(), B, T, no_cooperative(), true);
+  ASSERT_EQ(s1.run(first, B, T / 2, {}, &y1), FERRY_OK);
+  s2.set_state(B, s1.state(B));
+  ASSERT_EQ(s2.run(second, B, T / 2, {}, &y2), FERRY_OK);
+  y1.insert(y1.end(), y2.begin(), y2.end());
+  EXPECT_TRUE(bit_equal(y1, y_whole));
+  EXPECT_TRUE(bit_equal(s2.state(B), whole.state(B)));
+  // The layout is the reference's.
+  std::vector<float> y_ref;
+  ASSERT_EQ(ref.run(x, B, T, &y_ref), FERRY_OK);
+  EXPECT_LE(max_abs_diff(whole.state(B), reference_state(ref, B)), 1e-5);
+  // Reset: as new.
+  whole.reset();
+  EXPECT_EQ(whole.state(B), std::vector<float>(B * ref.info().state_floats, 0.0f));
+  std::vector<float> again;
+  ASSERT_EQ(whole.run(x, B, T, {}, &again), FERRY_OK);
+  EXPECT_TRUE(bit_equal(again, y_whole));
+  // A state set for fewer samples than max_batch leaves the others alone.
+  EXPECT_EQ(whole.state(2).size(), 2 * ref.info().state_floats);
+}
+
+// A call that fails half-way leaves the parity of every cell as it was
+// (the backend then refuses the session; cuda_backend.cpp).
+TEST(CudaHost, FailedCallLeavesParityAlone) {
+  ModelSpec spec;
+  spec.input_size = 3;
+  LayerSpec l;
+  l.op = L::GRU, l.size = 8, l.num_layers = 2;
+  spec.layers = {l};
+  const std::vector<uint8_t> bytes = ferry::test::build_model_bytes(spec);
+  Runner ref(bytes, 1, 5);
+  EmulatedSession s(ref.model(), 1, 5, no_cooperative(), false);
+  std::vector<float> x(15, 0.5f), y;
+  ASSERT_EQ(s.run(x, 1, 5, {}, &y), FERRY_OK);
+  const uint8_t p0 = s.exec().cells[0].parity, p1 = s.exec().cells[1].parity;
+  EXPECT_EQ(p0, 1);  // 5 steps
+  s.device().fail_after_launches = 3;
+  EXPECT_EQ(s.run(x, 1, 5, {}, &y), FERRY_INVALID_STATE);
+  EXPECT_EQ(s.exec().cells[0].parity, p0);
+  EXPECT_EQ(s.exec().cells[1].parity, p1);
+}
+
+// The device layout: exact (recomputed here from the file and the shapes),
+// deterministic, every region 256-aligned and disjoint, act0 right after
+// the descriptor region; the weights uploaded as stored, and the kernels'
+// index math reading them gives the model view's elements.
+TEST(CudaHost, DeviceLayoutIsExactAndWeightsAreReadAsStored) {
+  ModelSpec spec;
+  spec.input_size = 5;
+  LayerSpec a, last, fc;
+  a.op = L::LSTM, a.size = 13, a.proj = 6, a.num_layers = 2, a.bidirectional = true;
+  last.op = L::Last;
+  fc.op = L::Linear, fc.size = 3;
+  spec.layers = {a, last, fc};
+  const std::vector<uint8_t> bytes = ferry::test::build_model_bytes(spec);
+  const size_t B = 3, T = 9;
+  Runner ref(bytes, B, T);
+  ASSERT_EQ(ref.status(), FERRY_OK);
+  const ferry_model* m = ref.model();
+  fc::DeviceLayout d, d2;
+  fc::CellDevice cells[4];
+  ASSERT_EQ(fc::plan_device(m, B, T, &d, cells), FERRY_OK);
+  ASSERT_EQ(fc::plan_device(m, B, T, &d2, nullptr), FERRY_OK);
+  EXPECT_EQ(std::memcmp(&d, &d2, sizeof(d)), 0) << "deterministic";
+
+  // The weight span, from the file's own tensor table.
+  const auto* fm = ferry::fb::GetModel(bytes.data());
+  uint64_t lo = ~uint64_t{0}, hi = 0;
+  for (const auto* t : *fm->tensors()) {
+    lo = std::min<uint64_t>(lo, t->offset());
+    hi = std::max<uint64_t>(hi, t->offset() + t->size());
+  }
+  EXPECT_EQ(d.weights_bytes, hi - lo);
+  EXPECT_EQ(d.weights_begin, static_cast<size_t>(fm->weights()->data() + lo - bytes.data()));
+
+  const auto r256 = [](size_t n) { return (n + 255) / 256 * 256; };
+  const size_t H = 13, P = 6, cols = 4 * 16, F = 2 * P;  // max_features: the LSTM's output, 12 > 5
+  size_t want = r256(hi - lo);
+  want += 4 * (2 * r256(B * P * 4) + r256(B * H * 4));  // 4 cells: h0, h1, c
+  want += r256(4 * 16);                                  // step counters
+  want += r256(T * B * cols * 4);                        // xproj
+  want += r256(B * H * 4);                               // h_full
+  want += r256(sizeof(fc::CallDesc) + B * 4);            // descriptor + lengths
+  want += 2 * r256(T * B * F * 4);                       // act0, act1
+  EXPECT_EQ(d.total, want);
+  EXPECT_EQ(d.act[0], d.desc + d.desc_bytes);
+  EXPECT_EQ(m->max_features, F);
+
+  // Regions: aligned, disjoint, inside the block.
+  std::vector<std::pair<size_t, size_t>> regions = {
+      {0, d.weights_bytes}, {d.counters, 64}, {d.xproj, d.xproj_bytes}, {d.h_full, d.h_full_bytes},
+      {d.desc, d.desc_bytes}, {d.act[0], d.act_bytes}, {d.act[1], d.act_bytes}};
+  for (const fc::CellDevice& c : cells) {
+    regions.push_back({c.h[0], B * P * 4});
+    regions.push_back({c.h[1], B * P * 4});
+    regions.push_back({c.c, B * H * 4});
+  }
+  for (size_t i = 0; i < regions.size(); ++i) {
+    EXPECT_EQ(regions[i].first % 256, 0u) << i;
+    EXPECT_LE(regions[i].first + regions[i].second, d.total) << i;
+    for (size_t j = 0; j < i; ++j) {
+      const bool apart = regions[i].first >= regions[j].first + regions[j].second ||
+                         regions[j].first >= regions[i].first + regions[i].second;
+      EXPECT_TRUE(apart) << i << " overlaps " << j;
+    }
+  }
+
+  // The weights on the (emulated) device: the model's bytes, and every
+  // element the GEMM and the recurrent kernels read is the model view's.
+  EmulatedSession s(m, B, T, orin(), false);
+  ASSERT_EQ(s.status(), FERRY_OK);
+  const fc::ExecState& x = s.exec();
+  for (uint32_t ci = 0; ci < m->num_cells; ++ci) {
+    const ferry::Cell& cell = m->cells[ci];
+    for (const ferry::Weight* w : {&cell.w_ih, &cell.w_hh, &cell.bias, &cell.w_hr}) {
+      const float* dev = fc::device_weight(x, *w);
+      ASSERT_NE(dev, nullptr);
+      EXPECT_GE(reinterpret_cast<const uint8_t*>(dev), s.device_memory());
+      EXPECT_LT(reinterpret_cast<const uint8_t*>(dev), s.device_memory() + d.weights_bytes);
+      for (uint32_t c = 0; c < w->gates * ferry::layout::padded_units(w->units); ++c) {
+        const uint32_t q = c / 8, j = c % 8, unit = (q / w->gates) * 8 + j;
+        if (unit >= w->units) continue;
+        const uint32_t row = ferry::layout::panel8_row_of(w->gates, w->units, q, j);
+        for (uint32_t k = 0; k < w->cols; ++k) {
+          ASSERT_EQ(dev[fc::gemm_weight_index(w->gates, w->cols, c, k)], w->at_f32(row, k)) << ci << " " << c << " " << k;
+        }
+      }
+    }
+    // The recurrent kernels' view of W_hh: vector q, lane j, column k.
+    const fc::RecurrentParams& p = s.exec().cells[ci].step;
+    EXPECT_EQ(p.w_hh, fc::device_weight(x, cell.w_hh));
+    for (uint32_t q = 0; q < 4 * fc::panels_of(H); ++q)
+      for (uint32_t j = 0; j < 8; ++j) {
+        if ((q / 4) * 8 + j >= H) continue;
+        const uint32_t row = ferry::layout::panel8_row_of(4, H, q, j);
+        for (uint32_t k = 0; k < P; ++k)
+          ASSERT_EQ(p.w_hh[fc::vector_offset(4, P, q) + j + size_t{k} * 32], cell.w_hh.at_f32(row, k));
+      }
+  }
+  // The Linear layer's weight, read as a GEMM operand.
+  const ferry::Layer& lin = m->layers[2];
+  const float* w = fc::device_weight(x, lin.weight);
+  for (uint32_t o = 0; o < lin.out; ++o)
+    for (uint32_t k = 0; k < lin.in; ++k) EXPECT_EQ(w[fc::gemm_weight_index(1, lin.in, o, k)], lin.weight.at_f32(o, k));
+}
+
+// The host arena: the staging block is page-aligned inside its region for
+// every 64-byte-aligned arena address, holds [descriptor | input | output],
+// and the plan is the same every time.
+TEST(CudaHost, HostLayoutIsExact) {
+  ModelSpec spec;
+  spec.input_size = 7;
+  LayerSpec l;
+  l.op = L::GRU, l.size = 10;
+  spec.layers = {l};
+  const std::vector<uint8_t> bytes = ferry::test::build_model_bytes(spec);
+  Runner ref(bytes, 2, 3);
+  const ferry_model* m = ref.model();
+  for (size_t page : {size_t{4096}, size_t{65536}}) {
+    fc::DeviceLayout d;
+    ASSERT_EQ(fc::plan_device(m, 4, 11, &d, nullptr), FERRY_OK);
+    ferry::ArenaPlan a1, a2;
+    fc::HostLayout h1, h2;
+    ASSERT_EQ(fc::plan_host(m, 4, 11, d, page, 1000, 300, &a1, &h1), FERRY_OK);
+    ASSERT_EQ(fc::plan_host(m, 4, 11, d, page, 1000, 300, &a2, &h2), FERRY_OK);
+    EXPECT_EQ(std::memcmp(&h1, &h2, sizeof(h1)), 0);
+    EXPECT_EQ(a1.end(), a2.end());
+    EXPECT_EQ(h1.input, d.desc_bytes);
+    EXPECT_EQ(h1.input_bytes, (4 * 11 * 7 * 4 + 255) / 256 * 256);
+    EXPECT_EQ(h1.output, h1.input + h1.input_bytes);
+    EXPECT_EQ(h1.output_bytes, (4 * 11 * 10 * 4 + 255) / 256 * 256);
+    EXPECT_EQ(h1.staging_bytes, h1.output + h1.output_bytes);
+    EXPECT_EQ(h1.staging_reserved, (h1.staging_bytes + page - 1) / page * page + page);
+    EXPECT_EQ(a1.end(), h1.staging_region + h1.staging_reserved);
+    for (uintptr_t base = 0x10000; base < 0x10000 + 2 * page; base += 64) {
+      uint8_t* region = reinterpret_cast<uint8_t*>(base);
+      uint8_t* staging = fc::staging_in_region(region, page);
+      EXPECT_EQ(reinterpret_cast<uintptr_t>(staging) % page, 0u);
+      // What cudaHostRegister pins: whole pages, all inside the region.
+      EXPECT_LE(staging + (h1.staging_bytes + page - 1) / page * page, region + h1.staging_reserved);
+    }
+  }
+}
+
+// Persistent kernel or graph replay, by shape and device: the rule of
+// plan.h for the benchmark's workloads, and the choice is deterministic.
+TEST(CudaHost, RecurrenceRule) {
+  struct Want {
+    uint32_t hidden;
+    size_t batch;
+    const char* device;
+    fc::DeviceCaps caps;
+    bool persistent;
+  } wants[] = {
+      // W1: streaming LSTM, batch 1 (the persistent kernel serves run calls).
+      {64, 1, "orin", orin(), true},      {256, 1, "orin", orin(), true},     {1024, 1, "orin", orin(), false},
+      {64, 1, "thor", thor(), true},      {256, 1, "thor", thor(), true},     {1024, 1, "thor", thor(), false},
+      {64, 1, "h100", h100(), true},      {256, 1, "h100", h100(), true},     {1024, 1, "h100", h100(), true},
+      // W3: batch 64.
+      {256, 64, "orin", orin(), true},    {256, 64, "h100", h100(), true},
+      // No cooperative launch: always graphs.
+      {64, 1, "no coop", no_cooperative(), false},
+  };
+  for (const Want& w : wants) {
+    SCOPED_TRACE(std::string(w.device) + " H " + std::to_string(w.hidden) + " B " + std::to_string(w.batch));
+    fc::CellShape shape;
+    shape.op = fc::kCellLstm, shape.gates = 4, shape.hidden = w.hidden, shape.h_out = w.hidden;
+    fc::Recurrence r, r2;
+    ASSERT_EQ(fc::choose_recurrence(shape, w.batch, w.caps, &r), FERRY_OK);
+    ASSERT_EQ(fc::choose_recurrence(shape, w.batch, w.caps, &r2), FERRY_OK);
+    EXPECT_EQ(r.persistent, w.persistent) << r.reason;
+    EXPECT_EQ(std::memcmp(&r.step, &r2.step, sizeof(r.step)), 0);
+    // The step kernels' decomposition: every panel in exactly one block,
+    // shared memory within the no-opt-in 48 KiB.
+    const uint32_t panels = fc::panels_of(w.hidden);
+    EXPECT_GE(r.step.blocks * r.step.panels_per_block, panels);
+    EXPECT_LT((r.step.blocks - 1) * r.step.panels_per_block, panels);
+    EXPECT_LE(r.step.shared_a, fc::kStepSharedBytes);
+    EXPECT_GE(r.step.batch_tile, 1u);
+    EXPECT_LE(r.step.batch_tile, w.batch);
+    if (r.persistent) {
+      // At most one block per SM; the W_hh slice and the work fit.
+      EXPECT_LE(r.resident.blocks, w.caps.sm_count);
+      EXPECT_GE(r.resident.blocks * r.resident.panels_per_block, panels);
+      EXPECT_EQ(r.resident_weights, size_t{r.resident.panels_per_block} * w.hidden * 4 * 8 * 4);
+      EXPECT_LE(r.resident_shared, std::min(w.caps.shared_per_block_optin, w.caps.shared_per_sm - 1024));
+      EXPECT_EQ(r.resident_shared, r.resident_weights + r.resident.shared_a);
+    }
+  }
+  // The rule's edge on an Orin, batch 1: W_hh of 4 panels per block (8
+  // blocks of 16 SMs at H = 256) is 128 KiB; H = 1024 would need 8 panels of
+  // 1024 columns per block, 1 MiB.
+  fc::CellShape big;
+  big.hidden = big.h_out = 1024;
+  fc::Recurrence r;
+  ASSERT_EQ(fc::choose_recurrence(big, 1, orin(), &r), FERRY_OK);
+  EXPECT_NE(std::string(r.reason).find("does not fit"), std::string::npos) << r.reason;
+  // A projection: phase B decomposed too, its panels all covered.
+  fc::CellShape proj;
+  proj.hidden = 300, proj.h_out = 257;
+  ASSERT_EQ(fc::choose_recurrence(proj, 5, h100(), &r), FERRY_OK);
+  EXPECT_TRUE(r.persistent);
+  EXPECT_EQ(r.resident.proj_blocks, r.resident.blocks);
+  EXPECT_GE(r.resident.proj_blocks * r.resident.proj_panels_per_block, fc::panels_of(257));
+  EXPECT_GE(r.step.proj_blocks * r.step.proj_panels_per_block, fc::panels_of(257));
+  // Beyond what a step kernel's shared memory holds: refused, with the reason.
+  fc::CellShape huge;
+  huge.hidden = huge.h_out = 20000;
+  EXPECT_EQ(fc::choose_recurrence(huge, 1, h100(), &r), FERRY_UNSUPPORTED);
+  EXPECT_NE(std::string(ferry_last_error()).find("shared memory"), std::string::npos) << ferry_last_error();
+}
+
+// Zero copy on an integrated GPU that can map registered memory; copies on a
+// discrete one; forced either way by the option, or under AUTO by
+// FERRY_CUDA_IO; refused where the device cannot map.
+TEST(CudaHost, IoPathRule) {
+  bool zc = false;
+  EXPECT_EQ(fc::choose_io(orin(), FERRY_DEVICE_IO_AUTO, nullptr, &zc), FERRY_OK);
+  EXPECT_TRUE(zc);
+  EXPECT_EQ(fc::choose_io(h100(), FERRY_DEVICE_IO_AUTO, nullptr, &zc), FERRY_OK);
+  EXPECT_FALSE(zc);
+  EXPECT_EQ(fc::choose_io(h100(), FERRY_DEVICE_IO_ZERO_COPY, nullptr, &zc), FERRY_OK);
+  EXPECT_TRUE(zc);
+  EXPECT_EQ(fc::choose_io(h100(), FERRY_DEVICE_IO_AUTO, "zero_copy", &zc), FERRY_OK);
+  EXPECT_TRUE(zc);
+  EXPECT_EQ(fc::choose_io(orin(), FERRY_DEVICE_IO_AUTO, "copy", &zc), FERRY_OK);
+  EXPECT_FALSE(zc);
+  EXPECT_EQ(fc::choose_io(orin(), FERRY_DEVICE_IO_COPY, "zero_copy", &zc), FERRY_OK);  // the option wins
+  EXPECT_FALSE(zc);
+  EXPECT_EQ(fc::choose_io(h100(), FERRY_DEVICE_IO_AUTO, "fast", &zc), FERRY_INVALID_ARGUMENT);
+  fc::DeviceCaps no_map = h100();
+  no_map.host_register_supported = false;
+  EXPECT_EQ(fc::choose_io(no_map, FERRY_DEVICE_IO_ZERO_COPY, nullptr, &zc), FERRY_UNSUPPORTED);
+  EXPECT_NE(std::string(ferry_last_error()).find("zero copy"), std::string::npos);
+  fc::DeviceCaps old_jetson = orin();
+  old_jetson.host_register_supported = false;  // no I/O coherence: copies
+  EXPECT_EQ(fc::choose_io(old_jetson, FERRY_DEVICE_IO_AUTO, nullptr, &zc), FERRY_OK);
+  EXPECT_FALSE(zc);
+}
+
+// The new option fields: older struct sizes still read (their fields take
+// the defaults), bad values refused; ferry_session_memory reports the arena
+// and no device bytes for a CPU backend; ferry_session_release is harmless
+// there.
+TEST(CudaHost, SessionOptionsAndMemoryThroughTheCApi) {
+  ModelSpec spec;
+  LayerSpec l;
+  l.op = L::LSTM, l.size = 8;
+  spec.layers = {l};
+  const std::vector<uint8_t> bytes = ferry::test::build_model_bytes(spec);
+  AlignedBytes model_bytes(bytes.data(), bytes.size());
+  ferry_model* m = nullptr;
+  ASSERT_EQ(ferry_model_load(model_bytes.data(), bytes.size(), nullptr, &m), FERRY_OK);
+  ferry_session_options o;
+  ferry_session_options_init(&o);
+  EXPECT_EQ(o.device_allocator, nullptr);
+  EXPECT_EQ(o.device_io, FERRY_DEVICE_IO_AUTO);
+  EXPECT_EQ(o.device, 0);
+  o.backend = FERRY_BACKEND_REFERENCE;
+  o.max_batch = 2;
+  o.max_seq = 4;
+  size_t arena = 0, host = 0, device = 7;
+  ASSERT_EQ(ferry_session_arena_size(m, &o, &arena), FERRY_OK);
+  ASSERT_EQ(ferry_session_memory(m, &o, &host, &device), FERRY_OK);
+  EXPECT_EQ(host, arena);
+  EXPECT_EQ(device, 0u);
+  EXPECT_EQ(ferry_session_memory(m, &o, nullptr, nullptr), FERRY_OK);
+  // A 0.1 caller (no threadpool) and a 0.1.1 one (no device fields).
+  for (size_t size : {offsetof(ferry_session_options, threadpool), offsetof(ferry_session_options, device_allocator)}) {
+    ferry_session_options old = o;
+    old.struct_size = size;
+    old.device_io = static_cast<ferry_device_io>(99);  // past the struct: never read
+    old.device = -5;
+    EXPECT_EQ(ferry_session_memory(m, &old, &host, &device), FERRY_OK) << size << ": " << ferry_last_error();
+    EXPECT_EQ(host, arena);
+  }
+  ferry_session_options bad = o;
+  bad.device_io = static_cast<ferry_device_io>(99);
+  EXPECT_EQ(ferry_session_memory(m, &bad, &host, &device), FERRY_INVALID_ARGUMENT);
+  bad = o;
+  bad.device = -1;
+  EXPECT_EQ(ferry_session_memory(m, &bad, &host, &device), FERRY_INVALID_ARGUMENT);
+  ferry_device_allocator half = {nullptr, nullptr, nullptr};
+  bad = o;
+  bad.device_allocator = &half;
+  EXPECT_EQ(ferry_session_memory(m, &bad, &host, &device), FERRY_INVALID_ARGUMENT);
+  AlignedBytes mem(arena);
+  ferry_session* s = nullptr;
+  ASSERT_EQ(ferry_session_init(m, &o, mem.data(), arena, &s), FERRY_OK);
+  EXPECT_EQ(ferry_session_release(s), FERRY_OK);
+  EXPECT_EQ(ferry_session_release(nullptr), FERRY_OK);
+  ferry_model_free(m);
+}
+
+// What the backend refuses, with the reason: weights it cannot read and
+// shapes its kernels do not index.
+TEST(CudaHost, CheckModelRefusesWithTheReason) {
+  ModelSpec spec;
+  LayerSpec l;
+  l.op = L::GRU, l.size = 8;
+  spec.layers = {l};
+  const std::vector<uint8_t> bytes = ferry::test::build_model_bytes(spec);
+  Runner ref(bytes, 1, 1);
+  ferry::SessionConfig config;
+  EXPECT_EQ(fc::check_model(ref.model(), config, orin()), FERRY_OK);
+  config.max_batch = size_t{1} << 25;
+  EXPECT_EQ(fc::check_model(ref.model(), config, orin()), FERRY_UNSUPPORTED);
+  // A RowMajor (format 1.0) model: the same view with its layout flag down.
+  ferry_model copy = *ref.model();
+  copy.layers[0].panel8 = false;
+  config.max_batch = 1;
+  EXPECT_EQ(fc::check_model(&copy, config, orin()), FERRY_UNSUPPORTED);
+  EXPECT_NE(std::string(ferry_last_error()).find("Panel8"), std::string::npos) << ferry_last_error();
+}
+
+// Without FERRY_CUDA the backend says it is not built; with it and no
+// device, it says which CUDA error (never an abort).
+TEST(CudaHost, BackendIsRefusedCleanlyWhereItCannotRun) {
+  ModelSpec spec;
+  LayerSpec l;
+  l.op = L::LSTM, l.size = 8;
+  spec.layers = {l};
+  const std::vector<uint8_t> bytes = ferry::test::build_model_bytes(spec);
+  Runner r(bytes, 1, 1, FERRY_BACKEND_CUDA);
+#if !defined(FERRY_TEST_HAVE_CUDA)
+  EXPECT_EQ(r.status(), FERRY_UNSUPPORTED);
+  EXPECT_NE(r.last_error().find("not built"), std::string::npos) << r.last_error();
+#else
+  if (r.status() == FERRY_OK) GTEST_SKIP() << "a CUDA device is visible: test_cuda_backend.cpp runs it";
+  EXPECT_EQ(r.status(), FERRY_UNSUPPORTED);
+  EXPECT_NE(r.last_error().find("cuda"), std::string::npos) << r.last_error();
+  std::printf("CUDA backend here: %s\n", r.last_error().c_str());
+#endif
+}
+
+}  // namespace
