@@ -314,6 +314,48 @@ struct Options {
   double seconds = 2.0;  // per workload, both frameworks together
 };
 
+// Alternating blocks of samples (ferry, libtorch, memory ceiling) until the
+// time budget is spent, medians per unit (per step when streaming, else per run).
+void time_alternating(Result& r, const Options& opt, double units, const std::function<void()>& reset,
+                      const std::function<void()>& ferry_sample, const std::function<void()>& torch_sample,
+                      const std::function<void()>& stream_sample) {
+  std::vector<double> tf, tt, ts, wf, wt;
+  const double budget_us = (opt.quick ? 0.25 : 1.0) * opt.seconds * 1e6;
+  const double start = now_us();
+  const size_t min_rounds = opt.quick ? 1 : 3;
+  // Each round times a block of samples of each, so that what one leaves
+  // behind (caches, the core's AVX-512 clock license after OpenBLAS) weighs
+  // on the first sample of the next block only, which the median discards.
+  constexpr int kBlock = 5;
+  while (tf.size() < min_rounds * kBlock || (now_us() - start < budget_us && tf.size() < 20000)) {
+    for (int b = 0; b < kBlock; ++b) {
+      reset();
+      const double w0 = now_us(), t0 = cpu_us();
+      ferry_sample();
+      tf.push_back(cpu_us() - t0);
+      wf.push_back(now_us() - w0);
+    }
+    for (int b = 0; b < kBlock; ++b) {
+      reset();
+      const double w0 = now_us(), t0 = cpu_us();
+      torch_sample();
+      tt.push_back(cpu_us() - t0);
+      wt.push_back(now_us() - w0);
+    }
+    for (int b = 0; b < kBlock; ++b) {
+      const double t0 = cpu_us();
+      stream_sample();
+      ts.push_back(cpu_us() - t0);
+    }
+  }
+  r.rounds = tf.size();
+  r.ferry_us = median(tf) / units;
+  r.torch_us = median(tt) / units;
+  r.ferry_wall_us = median(wf) / units;
+  r.torch_wall_us = median(wt) / units;
+  r.stream_bound_us = median(ts) / units;
+}
+
 Result run_workload(const Workload& w, const Options& opt, double peak_macs_per_s, const std::string& dir) {
   Result r;
   r.w = w;
@@ -421,42 +463,8 @@ Result run_workload(const Workload& w, const Options& opt, double peak_macs_per_
       for (int64_t t = 0; t < T * reps; ++t) b->pass();
   };
 
-  // Alternating rounds until the time budget is spent.
-  std::vector<double> tf, tt, ts, wf, wt;
-  const double budget_us = (opt.quick ? 0.25 : 1.0) * opt.seconds * 1e6;
-  const double start = now_us();
-  const size_t min_rounds = opt.quick ? 1 : 3;
-  // Each round times a block of samples of each, so that what one leaves
-  // behind (caches, the core's AVX-512 clock license after OpenBLAS) weighs
-  // on the first sample of the next block only, which the median discards.
-  constexpr int kBlock = 5;
-  while (tf.size() < min_rounds * kBlock || (now_us() - start < budget_us && tf.size() < 20000)) {
-    for (int b = 0; b < kBlock; ++b) {
-      reset();
-      const double w0 = now_us(), t0 = cpu_us();
-      ferry_sample();
-      tf.push_back(cpu_us() - t0);
-      wf.push_back(now_us() - w0);
-    }
-    for (int b = 0; b < kBlock; ++b) {
-      reset();
-      const double w0 = now_us(), t0 = cpu_us();
-      torch_sample();
-      tt.push_back(cpu_us() - t0);
-      wt.push_back(now_us() - w0);
-    }
-    for (int b = 0; b < kBlock; ++b) {
-      const double t0 = cpu_us();
-      stream_sample();
-      ts.push_back(cpu_us() - t0);
-    }
-  }
-  r.rounds = tf.size();
   const double units = w.stream ? static_cast<double>(T * reps) : 1.0;
-  r.ferry_us = median(tf) / units;
-  r.torch_us = median(tt) / units;
-  r.ferry_wall_us = median(wf) / units;
-  r.torch_wall_us = median(wt) / units;
+  time_alternating(r, opt, units, reset, ferry_sample, torch_sample, stream_sample);
 
   const double per_step_macs = [&] {
     double m = 0;
@@ -466,48 +474,7 @@ Result run_workload(const Workload& w, const Options& opt, double peak_macs_per_
   }();
   r.macs = per_step_macs * (w.stream ? 1 : T);
   r.compute_bound_us = peak_macs_per_s > 0 ? r.macs / peak_macs_per_s * 1e6 : 0;
-  // Per step (streaming) or per run (T steps of every layer).
-  r.stream_bound_us = median(ts) / units;
   return r;
-}
-
-// Alternating blocks of samples (ferry, libtorch, memory ceiling) until the
-// time budget is spent, as run_workload does; medians per unit.
-void time_alternating(Result& r, const Options& opt, double units, const std::function<void()>& reset,
-                      const std::function<void()>& ferry_sample, const std::function<void()>& torch_sample,
-                      const std::function<void()>& stream_sample) {
-  std::vector<double> tf, tt, ts, wf, wt;
-  const double budget_us = (opt.quick ? 0.25 : 1.0) * opt.seconds * 1e6;
-  const double start = now_us();
-  const size_t min_rounds = opt.quick ? 1 : 3;
-  constexpr int kBlock = 5;
-  while (tf.size() < min_rounds * kBlock || (now_us() - start < budget_us && tf.size() < 20000)) {
-    for (int b = 0; b < kBlock; ++b) {
-      reset();
-      const double w0 = now_us(), t0 = cpu_us();
-      ferry_sample();
-      tf.push_back(cpu_us() - t0);
-      wf.push_back(now_us() - w0);
-    }
-    for (int b = 0; b < kBlock; ++b) {
-      reset();
-      const double w0 = now_us(), t0 = cpu_us();
-      torch_sample();
-      tt.push_back(cpu_us() - t0);
-      wt.push_back(now_us() - w0);
-    }
-    for (int b = 0; b < kBlock; ++b) {
-      const double t0 = cpu_us();
-      stream_sample();
-      ts.push_back(cpu_us() - t0);
-    }
-  }
-  r.rounds = tf.size();
-  r.ferry_us = median(tf) / units;
-  r.torch_us = median(tt) / units;
-  r.ferry_wall_us = median(wf) / units;
-  r.torch_wall_us = median(wt) / units;
-  r.stream_bound_us = median(ts) / units;
 }
 
 double max_abs_diff(const float* a, const torch::Tensor& b) {

@@ -29,6 +29,7 @@
 #endif
 
 #include "convert.h"
+#include "compare.h"
 #include "error.h"
 #include "ferry/ferry.h"
 #include "ferry/ferry_generated.h"
@@ -37,6 +38,8 @@
 
 namespace {
 
+using ferry::test::bit_equal;
+using ferry::test::max_abs_diff;
 using namespace ferry::conv;
 
 const std::string kModels = std::string(FERRY_FIXTURES_DIR) + "/models/";
@@ -138,38 +141,7 @@ std::vector<float> run(Session& s, const Model& m, const Case& c) {
 
 // The step-by-step output of a case (no lengths), in the model's layout.
 std::vector<float> run_steps(Session& s, const Model& m, const Case& c) {
-  const size_t I = m.info.input_size, F = m.info.output_size, B = c.batch, T = c.seq;
-  std::vector<float> x(B * I), yt(B * F), y(m.info.output_is_sequence ? T * B * F : B * F);
-  for (size_t t = 0; t < T; ++t) {
-    for (size_t b = 0; b < B; ++b) {
-      const size_t src = m.info.batch_first ? (b * T + t) * I : (t * B + b) * I;
-      std::memcpy(&x[b * I], &c.input[src], I * sizeof(float));
-    }
-    EXPECT_EQ(ferry_step(s.s, x.data(), B, yt.data(), yt.size()), FERRY_OK) << ferry_last_error();
-    if (m.info.output_is_sequence) {
-      for (size_t b = 0; b < B; ++b) {
-        const size_t dst = m.info.batch_first ? (b * T + t) * F : (t * B + b) * F;
-        std::memcpy(&y[dst], &yt[b * F], F * sizeof(float));
-      }
-    } else if (t + 1 == T) {
-      y = yt;
-    }
-  }
-  return y;
-}
-
-double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  if (a.size() != b.size()) return INFINITY;
-  double worst = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    const double e = std::fabs(double{a[i]} - double{b[i]});
-    if (!(e <= worst)) worst = e;  // NaN counts as the worst
-  }
-  return worst;
-}
-
-bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  return ferry::test::step_through(s.s, m.info, c.input.data(), c.batch, c.seq);
 }
 
 // ---------------------------------------------------------------- cases --

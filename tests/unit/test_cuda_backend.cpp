@@ -23,12 +23,14 @@
 #endif
 
 #include "ferry/ferry.h"
+#include "compare.h"
 #include "random_models.h"
 #include "plan/selftest_plan.h"
 #include "writer/model_writer.h"
 
 namespace {
 
+using ferry::test::bit_equal;
 using ferry::test::AlignedBytes;
 using ferry::test::LayerSpec;
 using ferry::test::ModelSpec;
@@ -116,10 +118,6 @@ std::vector<float> inputs(size_t n, uint64_t seed) {
   std::vector<float> x(n);
   for (size_t i = 0; i < n; ++i) x[i] = ferry::test::uniform_pm1(seed, 9, i);
   return x;
-}
-
-bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 // The reason the CUDA backend cannot run here, or "" when it can.

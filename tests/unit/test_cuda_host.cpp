@@ -28,6 +28,7 @@
 #include "backend/cuda/device_math.h"
 #include "backend/cuda/executor.h"
 #include "backend/cuda/plan.h"
+#include "compare.h"
 #include "ferry/ferry.h"
 #include "ferry/ferry_generated.h"
 #include "model/model.h"
@@ -35,6 +36,8 @@
 
 namespace {
 
+using ferry::test::bit_equal;
+using ferry::test::max_abs_diff;
 using ferry::test::AlignedBytes;
 using ferry::test::LayerSpec;
 using ferry::test::ModelSpec;
@@ -428,20 +431,6 @@ Prepared prepare(const Case& c) {
     p.lengths[0] = static_cast<int32_t>(c.seq);
   }
   return p;
-}
-
-double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  if (a.size() != b.size()) return INFINITY;
-  double worst = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    const double e = std::fabs(double{a[i]} - double{b[i]});
-    if (!(e <= worst)) worst = e;
-  }
-  return worst;
-}
-
-bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 std::vector<float> reference_state(Runner& r, size_t batch) {

@@ -16,12 +16,14 @@
 #include <vector>
 
 #include "ferry/ferry.h"
+#include "compare.h"
 #include "plan/quantization.h"
 #include "random_models.h"
 #include "writer/model_writer.h"
 
 namespace {
 
+using ferry::test::bit_equal;
 using namespace ferry::conv;
 using ferry::test::LayerSpec;
 using ferry::test::ModelSpec;
@@ -120,38 +122,7 @@ std::vector<float> run(const Built& b, Session& s, const std::vector<float>& x, 
 }
 
 std::vector<float> run_steps(const Built& b, Session& s, const std::vector<float>& x, size_t B, size_t T) {
-  const size_t I = b.info.input_size, F = b.info.output_size;
-  std::vector<float> xt(B * I), yt(B * F), y(b.info.output_is_sequence ? T * B * F : B * F);
-  for (size_t t = 0; t < T; ++t) {
-    for (size_t n = 0; n < B; ++n) {
-      const size_t src = b.info.batch_first ? (n * T + t) * I : (t * B + n) * I;
-      std::memcpy(&xt[n * I], &x[src], I * sizeof(float));
-    }
-    EXPECT_EQ(ferry_step(s.s, xt.data(), B, yt.data(), yt.size()), FERRY_OK) << ferry_last_error();
-    if (b.info.output_is_sequence) {
-      for (size_t n = 0; n < B; ++n) {
-        const size_t dst = b.info.batch_first ? (n * T + t) * F : (t * B + n) * F;
-        std::memcpy(&y[dst], &yt[n * F], F * sizeof(float));
-      }
-    } else if (t + 1 == T) {
-      y = yt;
-    }
-  }
-  return y;
-}
-
-double max_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  if (a.size() != b.size()) return INFINITY;
-  double w = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    const double e = std::fabs(double{a[i]} - double{b[i]});
-    if (!(e <= w)) w = e;
-  }
-  return w;
-}
-
-bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  return ferry::test::step_through(s.s, b.info, x.data(), B, T);
 }
 
 // The quantization's error bound against fp32 for these models (outputs of
@@ -183,9 +154,9 @@ TEST_P(QuantizedBackends, RuntimeGuaranteesHold) {
     // Against the reference backend (same dtype) and against fp32.
     Session ref(q, options(FERRY_BACKEND_REFERENCE, B, T));
     ASSERT_EQ(ref.status, FERRY_OK) << ferry_last_error();
-    EXPECT_LE(max_diff(y, run(q, ref, x, B, T)), 1e-4) << "vs the reference backend";
+    EXPECT_LE(ferry::test::max_abs_diff(y, run(q, ref, x, B, T)), 1e-4) << "vs the reference backend";
     Session fs(f, options(FERRY_BACKEND_REFERENCE, B, T));
-    EXPECT_LE(max_diff(y, run(f, fs, x, B, T)), bound_vs_f32(dtype)) << "vs fp32";
+    EXPECT_LE(ferry::test::max_abs_diff(y, run(f, fs, x, B, T)), bound_vs_f32(dtype)) << "vs fp32";
 
     // Step by step == run, output and final state (batch B and batch 1).
     if (q.info.streamable) {
@@ -262,7 +233,7 @@ TEST(QuantizedBackendsMixed, FourDtypesInOneModel) {
     if (s.status == FERRY_UNSUPPORTED) continue;
     ASSERT_EQ(s.status, FERRY_OK) << ferry_last_error();
     const std::vector<float> y = run(q, s, x, B, T);
-    EXPECT_LE(max_diff(y, want), 1e-4);
+    EXPECT_LE(ferry::test::max_abs_diff(y, want), 1e-4);
     Session st(q, options(b, B, 1));
     EXPECT_TRUE(bit_equal(run_steps(q, st, x, B, T), y));
   }
