@@ -35,6 +35,7 @@
 #include "kernels/kernel_set.h"
 #include "kernels/quant/quant.h"
 #include "kernels/registry.h"
+#include "platform/cpu_features.h"
 #include "shared/weight_layout.h"
 #include "shared/weight_quant.h"
 
@@ -388,8 +389,7 @@ __attribute__((target("f16c"))) float f16c_to_float(uint16_t h) {
 
 TEST(QuantFormats, HalfConversionAgreesWithF16c) {
 #if defined(__x86_64__)
-  __builtin_cpu_init();
-  if (!__builtin_cpu_supports("f16c")) GTEST_SKIP() << "this CPU has no F16C";
+  if (!ferry::platform::x86_has_f16c()) GTEST_SKIP() << "this CPU has no F16C";
   for (uint32_t h = 0; h < 65536; ++h) {
     const float a = layout::float_from_half(static_cast<uint16_t>(h)), b = f16c_to_float(static_cast<uint16_t>(h));
     if (std::isnan(a)) {

@@ -3,6 +3,7 @@
 #include "kernels/quant/quant.h"
 #include "kernels/reference/reference.h"
 #include "kernels/simd/isa.h"
+#include "platform/cpu_features.h"
 
 #if (defined(__arm__) || defined(__aarch64__)) && defined(__linux__)
 #include <sys/auxv.h>
@@ -60,7 +61,7 @@ bool neon_runs_here() {
 // scales) with F16C, which every AVX2 CPU has; checked all the same.
 bool avx2_f16c_runs_here() {
 #if defined(__x86_64__) || defined(__i386__)
-  return avx2_runs_here() && __builtin_cpu_supports("f16c");
+  return avx2_runs_here() && platform::x86_has_f16c();
 #else
   return false;
 #endif
@@ -68,7 +69,7 @@ bool avx2_f16c_runs_here() {
 
 bool avxvnni_runs_here() {
 #if defined(__x86_64__) || defined(__i386__)
-  return avx2_f16c_runs_here() && __builtin_cpu_supports("avxvnni");
+  return avx2_f16c_runs_here() && platform::x86_has_avxvnni();
 #else
   return false;
 #endif
