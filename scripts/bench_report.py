@@ -132,10 +132,11 @@ def svg(data, width=760):
 def replace_block(path, text):
     with open(path) as f:
         doc = f.read()
-    pattern = re.compile(r"(<!-- bench-table:begin -->\n).*?(\n<!-- bench-table:end -->)", re.S)
+    # The block may be empty (markers on consecutive lines) or hold a table.
+    pattern = re.compile(r"(<!-- bench-table:begin -->\n)(?:.*?\n)?(<!-- bench-table:end -->)", re.S)
     if not pattern.search(doc):
         sys.exit(f"bench_report: {path} has no <!-- bench-table:begin --> ... <!-- bench-table:end --> block")
-    doc = pattern.sub(lambda m: m.group(1) + text + m.group(2), doc)
+    doc = pattern.sub(lambda m: m.group(1) + text.rstrip("\n") + "\n" + m.group(2), doc, count=1)
     with open(path, "w") as f:
         f.write(doc)
 
