@@ -30,6 +30,7 @@
 
 #include "convert.h"
 #include "compare.h"
+#include "session.h"
 #include "error.h"
 #include "ferry/ferry.h"
 #include "ferry/ferry_generated.h"
@@ -40,6 +41,7 @@ namespace {
 
 using ferry::test::bit_equal;
 using ferry::test::max_abs_diff;
+using ferry::test::session_options;
 using namespace ferry::conv;
 
 const std::string kModels = std::string(FERRY_FIXTURES_DIR) + "/models/";
@@ -73,48 +75,11 @@ struct Model {
   Model& operator=(const Model&) = delete;
 };
 
-ferry_session_options options(ferry_backend backend, size_t batch, size_t seq, void* pool = nullptr) {
-  ferry_session_options o;
-  ferry_session_options_init(&o);
-  o.backend = backend;
-  o.max_batch = batch;
-  o.max_seq = seq;
-  o.threadpool = pool;
-  return o;
-}
-
 // A session in its own arena. `status` is FERRY_UNSUPPORTED when the backend
-// cannot run here (the message says why).
-struct Session {
-  std::unique_ptr<AlignedBuffer> arena;
-  ferry_session* s = nullptr;
-  ferry_status status = FERRY_OK;
-  std::string error;
-  Session(const Model& m, const ferry_session_options& o) {
-    size_t need = 0;
-    status = ferry_session_arena_size(m.model, &o, &need);
-    if (status == FERRY_OK) {
-      arena.reset(new AlignedBuffer(need));
-      status = ferry_session_init(m.model, &o, arena->data, need, &s);
-    }
-    if (status != FERRY_OK) error = ferry_last_error();
-  }
-  // A device backend's session holds device memory beyond the arena.
-  ~Session() { ferry_session_release(s); }
-  Session(const Session&) = delete;
-  Session& operator=(const Session&) = delete;
+// cannot run here (`error` says why).
+struct Session : ferry::test::ArenaSession {
+  Session(const Model& m, const ferry_session_options& o) : ArenaSession(m.model, o) {}
 };
-
-const char* backend_name(ferry_backend b) {
-  switch (b) {
-    case FERRY_BACKEND_AUTO: return "auto";
-    case FERRY_BACKEND_REFERENCE: return "reference";
-    case FERRY_BACKEND_SIMD: return "simd";
-    case FERRY_BACKEND_XNNPACK: return "xnnpack";
-    case FERRY_BACKEND_CUDA: return "cuda";
-  }
-  return "?";
-}
 
 // A case: model bytes, input in the model's layout, optional lengths.
 struct Case {
@@ -357,7 +322,7 @@ class BackendTest : public ::testing::TestWithParam<ferry_backend> {
   bool available() {
     const Case& c = all_cases().back();
     Model m(c.bytes);
-    Session s(m, options(GetParam(), 1, 1));
+    Session s(m, session_options(GetParam(), 1, 1));
     if (s.status == FERRY_UNSUPPORTED) {
       skip_reason_ = s.error;
       return false;
@@ -370,7 +335,7 @@ class BackendTest : public ::testing::TestWithParam<ferry_backend> {
 
 #define REQUIRE_BACKEND()                                                                   \
   do {                                                                                      \
-    if (!available()) GTEST_SKIP() << backend_name(GetParam()) << ": " << skip_reason_; \
+    if (!available()) GTEST_SKIP() << ferry_backend_name(GetParam()) << ": " << skip_reason_; \
   } while (0)
 
 // The shared body: the backend's output equals the reference backend's
@@ -379,13 +344,13 @@ void check_against_reference(ferry_backend backend, const Case& c) {
   SCOPED_TRACE(c.name);
   Model m(c.bytes);
   ASSERT_NE(m.model, nullptr);
-  Session ref(m, options(FERRY_BACKEND_REFERENCE, c.batch, c.seq));
-  Session got(m, options(backend, c.batch, c.seq));
+  Session ref(m, session_options(FERRY_BACKEND_REFERENCE, c.batch, c.seq));
+  Session got(m, session_options(backend, c.batch, c.seq));
   ASSERT_EQ(ref.status, FERRY_OK) << ref.error;
   ASSERT_EQ(got.status, FERRY_OK) << got.error;
   const std::vector<float> want = run(ref, m, c);
   const std::vector<float> have = run(got, m, c);
-  EXPECT_LE(max_abs_diff(have, want), c.tolerance) << backend_name(backend) << " vs reference";
+  EXPECT_LE(max_abs_diff(have, want), c.tolerance) << ferry_backend_name(backend) << " vs reference";
   if (!c.pytorch.empty()) EXPECT_LE(max_abs_diff(have, c.pytorch), c.pytorch_tolerance) << "vs PyTorch";
 }
 
@@ -404,8 +369,8 @@ TEST_P(BackendTest, StepByStepIsBitIdenticalToRun) {
     SCOPED_TRACE(c.name);
     Model m(c.bytes);
     if (!m.info.streamable || !c.lengths.empty() || !m.info.has_time_axis) continue;
-    Session whole(m, options(GetParam(), c.batch, c.seq));
-    Session stream(m, options(GetParam(), c.batch, 1));  // a streaming session: max_seq 1
+    Session whole(m, session_options(GetParam(), c.batch, c.seq));
+    Session stream(m, session_options(GetParam(), c.batch, 1));  // a streaming session: max_seq 1
     ASSERT_EQ(whole.status, FERRY_OK) << whole.error;
     ASSERT_EQ(stream.status, FERRY_OK) << stream.error;
     EXPECT_TRUE(bit_equal(run(whole, m, c), run_steps(stream, m, c)));
@@ -438,18 +403,18 @@ TEST_P(BackendTest, ResultsDoNotDependOnThreadCount) {
     const Case c = generated_case(shape, seed++);
     SCOPED_TRACE(c.name);
     Model m(c.bytes);
-    Session single(m, options(GetParam(), c.batch, c.seq));
+    Session single(m, session_options(GetParam(), c.batch, c.seq));
     ASSERT_EQ(single.status, FERRY_OK) << single.error;
     const std::vector<float> want = run(single, m, c);
     for (size_t threads : {1, 2, 3}) {
       void* pool = ferry_threadpool_create(threads);
       ASSERT_NE(pool, nullptr);
       {
-        Session s(m, options(GetParam(), c.batch, c.seq, pool));
+        Session s(m, session_options(GetParam(), c.batch, c.seq, pool));
         ASSERT_EQ(s.status, FERRY_OK) << s.error;
         EXPECT_TRUE(bit_equal(run(s, m, c), want)) << threads << " threads, ferry_run";
         if (m.info.streamable && c.lengths.empty()) {
-          Session s1(m, options(GetParam(), c.batch, 1, pool));
+          Session s1(m, session_options(GetParam(), c.batch, 1, pool));
           EXPECT_TRUE(bit_equal(run_steps(s1, m, c), want)) << threads << " threads, ferry_step";
         }
       }
@@ -472,7 +437,7 @@ TEST_P(BackendTest, ArenaSizeIsExact) {
     const Case c = generated_case(shape, seed++);
     SCOPED_TRACE(c.name);
     Model m(c.bytes);
-    const ferry_session_options o = options(GetParam(), c.batch, c.seq);
+    const ferry_session_options o = session_options(GetParam(), c.batch, c.seq);
     size_t need = 0;
     ASSERT_EQ(ferry_session_arena_size(m.model, &o, &need), FERRY_OK) << ferry_last_error();
     AlignedBuffer arena(need);
@@ -497,7 +462,7 @@ TEST_P(BackendTest, NonFiniteInputsAreSurvived) {
   REQUIRE_BACKEND();
   const Case c = generated_case({LayerOp::LSTM, 12, 24, 5, 2, true, true, true, "last>fc", 4, 3, 40, false}, 300);
   Model m(c.bytes);
-  Session s(m, options(GetParam(), c.batch, c.seq));
+  Session s(m, session_options(GetParam(), c.batch, c.seq));
   ASSERT_EQ(s.status, FERRY_OK) << s.error;
   std::vector<float> x = c.input;
   for (size_t i = 0; i < x.size(); i += 7) x[i] = i % 3 == 0 ? NAN : i % 3 == 1 ? INFINITY : -INFINITY;
@@ -538,7 +503,7 @@ TEST_P(BackendTest, NonlinearitiesAreAccurate) {
     plan.input_size = plan.output_size = kWidth;
     Model m(build_model(plan));
     const size_t rows = 4096;
-    Session s(m, options(GetParam(), rows, 1));
+    Session s(m, session_options(GetParam(), rows, 1));
     ASSERT_EQ(s.status, FERRY_OK) << s.error;
     std::vector<float> x(rows * kWidth), y(x.size());
     for (size_t i = 0; i < x.size(); ++i) x[i] = -20.0f + 40.0f * static_cast<float>(i) / static_cast<float>(x.size());
@@ -567,7 +532,7 @@ INSTANTIATE_TEST_SUITE_P(Backends, BackendTest,
                          ::testing::Values(FERRY_BACKEND_SIMD, FERRY_BACKEND_XNNPACK, FERRY_BACKEND_AUTO,
                                            FERRY_BACKEND_CUDA),
                          [](const ::testing::TestParamInfo<ferry_backend>& info) {
-                           return std::string(backend_name(info.param));
+                           return std::string(ferry_backend_name(info.param));
                          });
 
 // ------------------------------------------------- backend-independent --
@@ -575,7 +540,7 @@ INSTANTIATE_TEST_SUITE_P(Backends, BackendTest,
 TEST(Backends, UnknownAndUnbuiltBackendsAreRefusedCleanly) {
   const Case c = generated_case({LayerOp::GRU, 4, 3, 0, 1, false, true, false, "last>fc", 2, 1, 8, false}, 7);
   Model m(c.bytes);
-  ferry_session_options o = options(FERRY_BACKEND_CUDA, 1, 1);
+  ferry_session_options o = session_options(FERRY_BACKEND_CUDA, 1, 1);
   size_t need = 0;
   // Unbuilt, or built without a GPU here: refused with the reason. (With a
   // GPU, BackendTest/cuda runs it.)
@@ -595,7 +560,7 @@ TEST(Backends, UnknownAndUnbuiltBackendsAreRefusedCleanly) {
 TEST(Backends, OlderOptionsStructIsAccepted) {
   const Case c = generated_case({LayerOp::LSTM, 5, 8, 0, 1, false, true, true, "last>fc", 3, 1, 9, false}, 8);
   Model m(c.bytes);
-  ferry_session_options o = options(FERRY_BACKEND_AUTO, 1, 9);
+  ferry_session_options o = session_options(FERRY_BACKEND_AUTO, 1, 9);
   o.threadpool = reinterpret_cast<void*>(0x1);  // must not be read
   o.struct_size = offsetof(ferry_session_options, threadpool);
   size_t need = 0;
@@ -686,7 +651,7 @@ TEST(Backends, CallersFloatingPointModeIsRestored) {
   Model m(c.bytes);
   const unsigned saved = _mm_getcsr();
   for (ferry_backend b : {FERRY_BACKEND_REFERENCE, FERRY_BACKEND_AUTO}) {
-    ferry_session_options o = options(b, c.batch, c.seq);
+    ferry_session_options o = session_options(b, c.batch, c.seq);
     o.fp_mode = FERRY_FP_RESTORE;
     Session s(m, o);
     ASSERT_EQ(s.status, FERRY_OK) << s.error;
@@ -713,13 +678,13 @@ TEST(Backends, DefaultFloatingPointModeFlushesOnceAndKeepsIt) {
   ASSERT_EQ(ferry_output_floats(m.model, c.batch, c.seq, &n), FERRY_OK);
   std::vector<float> restored(n), flushed(n);
   {
-    ferry_session_options o = options(FERRY_BACKEND_AUTO, c.batch, c.seq);
+    ferry_session_options o = session_options(FERRY_BACKEND_AUTO, c.batch, c.seq);
     o.fp_mode = FERRY_FP_RESTORE;
     Session s(m, o);
     ASSERT_EQ(s.status, FERRY_OK) << s.error;
     ASSERT_EQ(ferry_run(s.s, c.input.data(), c.batch, c.seq, nullptr, restored.data(), n), FERRY_OK);
   }
-  Session s(m, options(FERRY_BACKEND_AUTO, c.batch, c.seq));  // default: FERRY_FP_FLUSH
+  Session s(m, session_options(FERRY_BACKEND_AUTO, c.batch, c.seq));  // default: FERRY_FP_FLUSH
   ASSERT_EQ(s.status, FERRY_OK) << s.error;
   for (unsigned mode : {0x1F80u, 0x3F80u}) {  // default; round down
     _mm_setcsr(mode);
@@ -731,7 +696,7 @@ TEST(Backends, DefaultFloatingPointModeFlushesOnceAndKeepsIt) {
   ASSERT_EQ(ferry_state_reset(s.s), FERRY_OK);
   ASSERT_EQ(ferry_run(s.s, c.input.data(), c.batch, c.seq, nullptr, flushed.data(), n), FERRY_OK);
   EXPECT_TRUE(bit_equal(flushed, restored)) << "FLUSH and RESTORE must give the same bits";
-  ferry_session_options o = options(FERRY_BACKEND_AUTO, c.batch, c.seq);
+  ferry_session_options o = session_options(FERRY_BACKEND_AUTO, c.batch, c.seq);
   o.fp_mode = FERRY_FP_CALLER;
   Session caller(m, o);
   ASSERT_EQ(caller.status, FERRY_OK) << caller.error;
@@ -826,12 +791,12 @@ TEST(Backends, RowMajorFilesOfFormat10StillRun) {
     size_t n = 0;
     ASSERT_EQ(ferry_output_floats(rm, c.batch, c.seq, &n), FERRY_OK);
     std::vector<float> want(n), got(n);
-    Session ref_packed(packed, options(FERRY_BACKEND_REFERENCE, c.batch, c.seq));
+    Session ref_packed(packed, session_options(FERRY_BACKEND_REFERENCE, c.batch, c.seq));
     ASSERT_EQ(ref_packed.status, FERRY_OK);
     const int32_t* lengths = c.lengths.empty() ? nullptr : c.lengths.data();
     ASSERT_EQ(ferry_run(ref_packed.s, c.input.data(), c.batch, c.seq, lengths, want.data(), n), FERRY_OK);
     for (ferry_backend b : {FERRY_BACKEND_REFERENCE, FERRY_BACKEND_AUTO}) {
-      const ferry_session_options o = options(b, c.batch, c.seq);
+      const ferry_session_options o = session_options(b, c.batch, c.seq);
       size_t need = 0;
       ASSERT_EQ(ferry_session_arena_size(rm, &o, &need), FERRY_OK) << ferry_last_error();
       AlignedBuffer arena(need);
@@ -845,8 +810,8 @@ TEST(Backends, RowMajorFilesOfFormat10StillRun) {
       }
     }
     for (ferry_backend b : {FERRY_BACKEND_SIMD, FERRY_BACKEND_XNNPACK}) {
-      const bool runs_here = Session(packed, options(b, c.batch, c.seq)).status == FERRY_OK;
-      const ferry_session_options o = options(b, c.batch, c.seq);
+      const bool runs_here = Session(packed, session_options(b, c.batch, c.seq)).status == FERRY_OK;
+      const ferry_session_options o = session_options(b, c.batch, c.seq);
       size_t need = 0;
       EXPECT_EQ(ferry_session_arena_size(rm, &o, &need), FERRY_UNSUPPORTED);
       if (runs_here) EXPECT_NE(std::string(ferry_last_error()).find("RowMajor"), std::string::npos) << ferry_last_error();

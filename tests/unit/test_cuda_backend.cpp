@@ -24,6 +24,7 @@
 
 #include "ferry/ferry.h"
 #include "compare.h"
+#include "session.h"
 #include "random_models.h"
 #include "plan/selftest_plan.h"
 #include "writer/model_writer.h"
@@ -56,32 +57,12 @@ struct Model {
 };
 
 ferry_session_options cuda_options(size_t batch, size_t seq) {
-  ferry_session_options o;
-  ferry_session_options_init(&o);
-  o.backend = FERRY_BACKEND_CUDA;
-  o.max_batch = batch;
-  o.max_seq = seq;
-  return o;
+  return ferry::test::session_options(FERRY_BACKEND_CUDA, batch, seq);
 }
 
 // A CUDA session in its own arena, released at the end.
-struct Session {
-  AlignedBytes arena;
-  ferry_session* s = nullptr;
-  ferry_status status = FERRY_OK;
-  std::string error;
-  Session(const Model& m, const ferry_session_options& o) {
-    size_t need = 0;
-    status = ferry_session_arena_size(m.model, &o, &need);
-    if (status == FERRY_OK) {
-      arena = AlignedBytes(need);
-      status = ferry_session_init(m.model, &o, arena.data(), need, &s);
-    }
-    if (status != FERRY_OK) error = ferry_last_error();
-  }
-  ~Session() { ferry_session_release(s); }
-  Session(const Session&) = delete;
-  Session& operator=(const Session&) = delete;
+struct Session : ferry::test::ArenaSession {
+  Session(const Model& m, const ferry_session_options& o) : ArenaSession(m.model, o) {}
 
   std::vector<float> run(const Model& m, const std::vector<float>& x, size_t batch, size_t seq,
                          const std::vector<int32_t>& lengths = {}) {

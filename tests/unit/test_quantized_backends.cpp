@@ -17,6 +17,7 @@
 
 #include "ferry/ferry.h"
 #include "compare.h"
+#include "session.h"
 #include "plan/quantization.h"
 #include "random_models.h"
 #include "writer/model_writer.h"
@@ -24,6 +25,7 @@
 namespace {
 
 using ferry::test::bit_equal;
+using ferry::test::session_options;
 using namespace ferry::conv;
 using ferry::test::LayerSpec;
 using ferry::test::ModelSpec;
@@ -38,12 +40,6 @@ struct Built {
     if (m) ferry_model_get_info(m, &info);
   }
   ~Built() { ferry_model_free(m); }
-};
-
-struct Arena {
-  void* p = nullptr;
-  explicit Arena(size_t n) : p(std::aligned_alloc(64, (n + 63) / 64 * 64 + 64)) {}
-  ~Arena() { std::free(p); }
 };
 
 // Every weighted layer of `plan` in `dtype`.
@@ -84,27 +80,8 @@ std::vector<ModelSpec> specs() {
   return out;
 }
 
-ferry_session_options options(ferry_backend backend, size_t batch, size_t seq, void* pool = nullptr) {
-  ferry_session_options o;
-  ferry_session_options_init(&o);
-  o.backend = backend;
-  o.max_batch = batch;
-  o.max_seq = seq;
-  o.threadpool = pool;
-  return o;
-}
-
-struct Session {
-  ferry_session* s = nullptr;
-  ferry_status status = FERRY_OK;
-  std::unique_ptr<Arena> arena;
-  Session(const Built& b, const ferry_session_options& o) {
-    size_t need = 0;
-    status = ferry_session_arena_size(b.m, &o, &need);
-    if (status != FERRY_OK) return;
-    arena = std::make_unique<Arena>(need);
-    status = ferry_session_init(b.m, &o, arena->p, need, &s);
-  }
+struct Session : ferry::test::ArenaSession {
+  Session(const Built& b, const ferry_session_options& o) : ArenaSession(b.m, o) {}
 };
 
 std::vector<float> input(const Built& b, size_t B, size_t T, uint64_t seed) {
@@ -144,7 +121,7 @@ TEST_P(QuantizedBackends, RuntimeGuaranteesHold) {
     ASSERT_NE(q.m, nullptr);
     SCOPED_TRACE("model seed " + std::to_string(spec.seed));
     const size_t B = 3, T = 7;
-    Session s(q, options(backend, B, T));
+    Session s(q, session_options(backend, B, T));
     if (s.status == FERRY_UNSUPPORTED) GTEST_SKIP() << "backend not available here: " << ferry_last_error();
     ASSERT_EQ(s.status, FERRY_OK) << ferry_last_error();
     ++ran;
@@ -152,15 +129,15 @@ TEST_P(QuantizedBackends, RuntimeGuaranteesHold) {
     const std::vector<float> y = run(q, s, x, B, T);
 
     // Against the reference backend (same dtype) and against fp32.
-    Session ref(q, options(FERRY_BACKEND_REFERENCE, B, T));
+    Session ref(q, session_options(FERRY_BACKEND_REFERENCE, B, T));
     ASSERT_EQ(ref.status, FERRY_OK) << ferry_last_error();
     EXPECT_LE(ferry::test::max_abs_diff(y, run(q, ref, x, B, T)), 1e-4) << "vs the reference backend";
-    Session fs(f, options(FERRY_BACKEND_REFERENCE, B, T));
+    Session fs(f, session_options(FERRY_BACKEND_REFERENCE, B, T));
     EXPECT_LE(ferry::test::max_abs_diff(y, run(f, fs, x, B, T)), bound_vs_f32(dtype)) << "vs fp32";
 
     // Step by step == run, output and final state (batch B and batch 1).
     if (q.info.streamable) {
-      Session st(q, options(backend, B, 1));
+      Session st(q, session_options(backend, B, 1));
       ASSERT_EQ(st.status, FERRY_OK) << ferry_last_error();
       EXPECT_TRUE(bit_equal(run_steps(q, st, x, B, T), y)) << "ferry_step vs ferry_run";
       std::vector<float> s1(B * q.info.state_floats), s2(s1.size());
@@ -174,7 +151,7 @@ TEST_P(QuantizedBackends, RuntimeGuaranteesHold) {
           std::memcpy(&x1_layout[t * q.info.input_size], &x[t * B * q.info.input_size],
                       q.info.input_size * sizeof(float));
       }
-      Session w1(q, options(backend, 1, T)), s1b(q, options(backend, 1, 1));
+      Session w1(q, session_options(backend, 1, T)), s1b(q, session_options(backend, 1, 1));
       EXPECT_TRUE(bit_equal(run_steps(q, s1b, x1_layout, 1, T), run(q, w1, x1_layout, 1, T))) << "batch 1 stream";
     }
 
@@ -183,7 +160,7 @@ TEST_P(QuantizedBackends, RuntimeGuaranteesHold) {
       void* pool = ferry_threadpool_create(threads);
       if (!pool) break;
       {
-        Session p(q, options(backend, B, T, pool));
+        Session p(q, session_options(backend, B, T, pool));
         ASSERT_EQ(p.status, FERRY_OK);
         EXPECT_TRUE(bit_equal(run(q, p, x, B, T), y)) << threads << " threads";
       }
@@ -191,7 +168,7 @@ TEST_P(QuantizedBackends, RuntimeGuaranteesHold) {
     }
 
     // Exact arena.
-    const ferry_session_options o = options(backend, B, T);
+    const ferry_session_options o = session_options(backend, B, T);
     size_t need = 0;
     ASSERT_EQ(ferry_session_arena_size(q.m, &o, &need), FERRY_OK);
     Arena arena(need);
@@ -224,17 +201,17 @@ TEST(QuantizedBackendsMixed, FourDtypesInOneModel) {
   ASSERT_NE(q.m, nullptr);
   const size_t B = 2, T = 5;
   const std::vector<float> x = input(q, B, T, 5);
-  Session ref(q, options(FERRY_BACKEND_REFERENCE, B, T));
+  Session ref(q, session_options(FERRY_BACKEND_REFERENCE, B, T));
   ASSERT_EQ(ref.status, FERRY_OK) << ferry_last_error();
   const std::vector<float> want = run(q, ref, x, B, T);
   for (ferry_backend b : {FERRY_BACKEND_SIMD, FERRY_BACKEND_XNNPACK, FERRY_BACKEND_AUTO}) {
     SCOPED_TRACE(ferry_backend_name(b));
-    Session s(q, options(b, B, T));
+    Session s(q, session_options(b, B, T));
     if (s.status == FERRY_UNSUPPORTED) continue;
     ASSERT_EQ(s.status, FERRY_OK) << ferry_last_error();
     const std::vector<float> y = run(q, s, x, B, T);
     EXPECT_LE(ferry::test::max_abs_diff(y, want), 1e-4);
-    Session st(q, options(b, B, 1));
+    Session st(q, session_options(b, B, 1));
     EXPECT_TRUE(bit_equal(run_steps(q, st, x, B, T), y));
   }
 }
