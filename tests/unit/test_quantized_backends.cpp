@@ -171,13 +171,13 @@ TEST_P(QuantizedBackends, RuntimeGuaranteesHold) {
     const ferry_session_options o = session_options(backend, B, T);
     size_t need = 0;
     ASSERT_EQ(ferry_session_arena_size(q.m, &o, &need), FERRY_OK);
-    Arena arena(need);
+    ferry::test::AlignedBytes arena(need);
     for (size_t size = 0; size < need; size += FERRY_ALIGNMENT) {
       ferry_session* bad = nullptr;
-      ASSERT_EQ(ferry_session_init(q.m, &o, arena.p, size, &bad), FERRY_ARENA_TOO_SMALL) << size;
+      ASSERT_EQ(ferry_session_init(q.m, &o, arena.data(), size, &bad), FERRY_ARENA_TOO_SMALL) << size;
     }
     ferry_session* good = nullptr;
-    ASSERT_EQ(ferry_session_init(q.m, &o, arena.p, need, &good), FERRY_OK) << ferry_last_error();
+    ASSERT_EQ(ferry_session_init(q.m, &o, arena.data(), need, &good), FERRY_OK) << ferry_last_error();
     std::vector<float> y2(y.size());
     ASSERT_EQ(ferry_run(good, x.data(), B, T, nullptr, y2.data(), y2.size()), FERRY_OK);
     EXPECT_TRUE(bit_equal(y2, y)) << "in an arena of exactly the reported size";
