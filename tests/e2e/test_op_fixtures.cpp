@@ -9,13 +9,16 @@
 
 #include <cmath>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "../fuzz/exercise_model.h"
 #include "cli_runner.h"
+#include "ferry/ferry.h"
 #include "io/npy.h"
 
 namespace {
@@ -228,3 +231,85 @@ TEST(OpFixtures, ResidualShapesMustAgree) {
 }
 
 }  // namespace
+
+namespace {
+
+// PyTorch's rule for the shortest input a Conv1d takes: L_out =
+// floor((L + 2p - d(k-1) - 1) / s) + 1 must be >= 1, and reflect padding
+// needs p < L. Found by trying L = 1, 2, ... (not by ferry's formula).
+size_t torch_min_length(int k, int s, int p, int d, bool reflect) {
+  for (int L = 1;; ++L) {
+    const int num = L + 2 * p - d * (k - 1) - 1;
+    if (num >= 0 && num / s + 1 >= 1 && (!reflect || p < L)) return static_cast<size_t>(L);
+  }
+}
+
+std::vector<uint8_t> read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), {});
+}
+
+}  // namespace
+
+// ferry_model_info.min_seq is the shortest input PyTorch's Conv1d accepts:
+// that many steps run, one fewer is refused with a message that says so.
+TEST(OpFixtures, MinSeqIsTheShortestInputPyTorchAccepts) {
+  struct Case {
+    std::string name, graph;
+    int k, s, p, d;
+    bool reflect;
+  };
+  const std::vector<Case> cases = {
+      {"conv_k3_valid", "conv", 3, 1, 0, 1, false},
+      {"conv_k5_stride2_valid", "conv(stride=2)", 5, 2, 0, 1, false},
+      {"conv_reflect", "conv(padding=1,padding_mode=reflect)", 3, 1, 1, 1, true},
+      {"conv_k3_dil2", "conv(padding=2,dilation=2)", 3, 1, 2, 2, false},
+      {"conv_k3_pad1", "conv(padding=1)", 3, 1, 1, 1, false},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    TempDir dir;
+    const auto conv = run_ferry("convert " + shell_quote(kOps + c.name + ".pt") + " " + shell_quote(dir / "m.fb") +
+                                    " --layout btf --graph " + shell_quote(c.graph),
+                                dir);
+    ASSERT_EQ(conv.status, 0) << conv.err;
+    std::vector<uint8_t> bytes = read_bytes(dir / "m.fb");
+    ASSERT_FALSE(bytes.empty());
+    ferry_model* model = nullptr;
+    ASSERT_EQ(ferry_model_load(bytes.data(), bytes.size(), nullptr, &model), FERRY_OK) << ferry_last_error();
+    ferry_model_info info{};
+    info.struct_size = sizeof info;
+    ASSERT_EQ(ferry_model_get_info(model, &info), FERRY_OK);
+    const size_t want = torch_min_length(c.k, c.s, c.p, c.d, c.reflect);
+    EXPECT_EQ(info.min_seq, want);
+    size_t floats = 0;
+    EXPECT_EQ(ferry_output_floats(model, 2, want, &floats), FERRY_OK) << ferry_last_error();
+    if (want > 1) {
+      EXPECT_EQ(ferry_output_floats(model, 2, want - 1, &floats), FERRY_INVALID_ARGUMENT);
+      EXPECT_NE(std::string(ferry_last_error()).find("at least " + std::to_string(want) + " input steps"),
+                std::string::npos)
+          << ferry_last_error();
+    }
+    ferry_model_free(model);
+  }
+}
+
+// The fuzz targets' contract (tests/fuzz/exercise_model.h) on a model that
+// needs more steps than the 3 the harness used to run: a valid model whose
+// conv spans 7 steps (k=3, dilation=3) is run at its min_seq, not refused.
+// This is the case CI's model_run fuzzer found (kernel 3, dilation 65547).
+TEST(OpFixtures, ExerciseHarnessRunsALongKernelAtItsMinSeq) {
+  TempDir dir;
+  const auto conv = run_ferry("convert " + shell_quote(kOps + "conv_k3_valid.pt") + " " + shell_quote(dir / "m.fb") +
+                                  " --layout btf --graph 'conv(dilation=3)'",
+                              dir);
+  ASSERT_EQ(conv.status, 0) << conv.err;
+  std::vector<uint8_t> bytes = read_bytes(dir / "m.fb");
+  std::vector<uint8_t> aligned(bytes.size() + 64);
+  uint8_t* p = aligned.data() + (64 - reinterpret_cast<uintptr_t>(aligned.data()) % 64) % 64;
+  std::memcpy(p, bytes.data(), bytes.size());
+  const ferry::test::ExerciseResult r = ferry::test::exercise_model(p, bytes.size());
+  EXPECT_EQ(r.load, FERRY_OK);
+  EXPECT_TRUE(r.ran);
+  EXPECT_EQ(r.failure, "");
+}

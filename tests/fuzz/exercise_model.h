@@ -11,6 +11,7 @@
 // the sanitizers' to catch.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -56,9 +57,26 @@ inline ExerciseResult exercise_model(const uint8_t* data, size_t size, size_t ma
   ferry_status st = ferry_model_get_info(model, &info);
   if (st != FERRY_OK) fail("get_info", st);
 
-  const size_t B = 2, T = info.has_time_axis ? 3 : 1;
+  // A Conv1d with little padding needs its kernel span of steps
+  // (info.min_seq): run at least that many, and check that one fewer is
+  // refused. A model that needs more steps than any sane arena is skipped.
+  constexpr size_t kMaxSeq = 4096;
+  if (info.min_seq == 0 || (!info.has_time_axis && info.min_seq != 1)) fail("get_info: min_seq", FERRY_OK);
+  if (info.min_seq > kMaxSeq) {
+    r.skipped_large = true;
+    ferry_model_free(model);
+    return r;
+  }
+  const size_t B = 2, T = info.has_time_axis ? std::max<size_t>(3, info.min_seq) : 1;
   size_t out_floats = 0;
   if ((st = ferry_output_floats(model, B, T, &out_floats)) != FERRY_OK) fail("output_floats", st);
+  if (info.min_seq > 1) {
+    size_t fewer = 0;
+    if ((st = ferry_output_floats(model, B, info.min_seq, &fewer)) != FERRY_OK) fail("output_floats(min_seq)", st);
+    if (ferry_output_floats(model, B, info.min_seq - 1, &fewer) != FERRY_INVALID_ARGUMENT) {
+      fail("output_floats(min_seq - 1) was not refused", FERRY_OK);
+    }
+  }
   size_t stream_bytes = 0;
   if ((st = ferry_arena_size(model, 1, 1, &stream_bytes)) != FERRY_OK) fail("arena_size(1, 1)", st);
 

@@ -107,6 +107,9 @@ typedef struct ferry_model_info {
   /* (0.2) Filled when struct_size covers them. */
   int channels_first;      /* 1: [B,F,T] input and sequence output (what nn.Conv1d takes) */
   int input_is_tokens;     /* 1: int32 token ids, ferry_run_tokens / ferry_step_tokens */
+  /* (0.3) Filled when struct_size covers it. */
+  size_t min_seq;          /* fewest steps ferry_run accepts: a Conv1d without enough
+                              padding needs its kernel span (1 for other models) */
 } ferry_model_info;
 
 ferry_status ferry_model_get_info(const ferry_model* model, ferry_model_info* info_out);

@@ -52,6 +52,10 @@ ferry_status find_vectors(const ferry_model* model, const ferry_backend* backend
     return fail(FERRY_INVALID_MODEL, "selftest: batch %u, seq %u out of range", st->batch(),
                 st->seq());
   }
+  if (model->has_time_axis && st->seq() < min_input_steps(model)) {
+    return fail(FERRY_INVALID_MODEL, "selftest: seq %u is fewer than the %zu steps the model takes", st->seq(),
+                min_input_steps(model));
+  }
   v->batch = st->batch();
   v->seq = st->seq();
   uint64_t want_in = 0;

@@ -113,14 +113,17 @@ ferry_status output_steps(const ferry_model* m, size_t seq, size_t* steps_out) {
     const Layer& l = m->layers[i];
     if (l.op == Op::kConv1d) {
       if (l.pad_mode == PaddingMode::kReflect && (l.pad_left >= steps || l.pad_right >= steps)) {
-        return fail(FERRY_INVALID_ARGUMENT, "layers[%u] (Conv1d): reflect padding %u/%u needs more than %zu steps", i,
-                    l.pad_left, l.pad_right, steps);
+        return fail(FERRY_INVALID_ARGUMENT,
+                    "layers[%u] (Conv1d): reflect padding %u/%u needs more than %zu steps; this model takes at least "
+                    "%zu input steps (ferry_model_info.min_seq)",
+                    i, l.pad_left, l.pad_right, steps, min_input_steps(m));
       }
       const size_t next = conv_output_steps(l, steps);
       if (next == 0) {
         return fail(FERRY_INVALID_ARGUMENT,
-                    "layers[%u] (Conv1d): %zu steps are fewer than its kernel spans (%u, dilation %u) with padding",
-                    i, steps, l.kernel, l.dilation);
+                    "layers[%u] (Conv1d): %zu steps are fewer than its kernel spans (%u, dilation %u) with padding; "
+                    "this model takes at least %zu input steps (ferry_model_info.min_seq)",
+                    i, steps, l.kernel, l.dilation, min_input_steps(m));
       }
       steps = next;
     } else if (op_collapses_time(l.op)) {

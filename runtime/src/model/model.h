@@ -8,6 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <algorithm>
+
 #include "ferry/ferry.h"
 #include "model/weight.h"
 
@@ -164,6 +166,29 @@ inline size_t conv_output_steps(const Layer& l, size_t steps) {
   const size_t padded = steps + l.pad_left + l.pad_right;
   const size_t span = size_t{l.dilation} * (l.kernel - 1) + 1;
   return padded < span ? 0 : (padded - span) / l.stride + 1;
+}
+
+// Fewest input steps a whole-sequence run accepts: the chain walked
+// backwards from one output step, each Conv1d asking for its span, stride
+// and reflect padding (PyTorch's L_out >= 1). 1 for a chain without convs.
+// Saturates at 2^40 (no arena holds that many steps).
+inline size_t min_input_steps(const ferry_model* m) {
+  constexpr uint64_t kCap = uint64_t{1} << 40;
+  uint64_t need = 1;
+  for (uint32_t i = m->num_layers; i-- > 0;) {
+    const Layer& l = m->layers[i];
+    if (op_collapses_time(l.op)) {
+      need = 1;
+    } else if (l.op == Op::kConv1d) {
+      const uint64_t span = uint64_t{l.dilation} * (l.kernel - 1) + 1;
+      const uint64_t pads = uint64_t{l.pad_left} + l.pad_right;
+      uint64_t t = (need - 1) * l.stride + span;
+      t = t > pads ? t - pads : 1;
+      if (l.pad_mode == PaddingMode::kReflect) t = std::max<uint64_t>(t, uint64_t{std::max(l.pad_left, l.pad_right)} + 1);
+      need = std::min(t, kCap);
+    }
+  }
+  return static_cast<size_t>(need);
 }
 
 // Steps after layer `upto` (exclusive) for `steps` input steps; 1 once time
