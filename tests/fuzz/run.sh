@@ -76,6 +76,21 @@ mlp fc1 > relu > fc2 > softmax
 lstm_seq_fc lstm > fc
 gru_seq_tanh_fc_sigmoid gru > tanh > fc > sigmoid
 EOF
+# The format 1.2 ops (conv, batch norm, embedding, residual, pooling), from
+# the op fixtures.
+ops=$root/tests/fixtures/ops
+while IFS='|' read -r name layout graph; do
+  "$build/converter/ferry" convert "$ops/$name.pt" "$seeds/models/op_$name.fb" --layout "$layout" \
+    --graph "$graph" >/dev/null
+done <<'EOF'
+conv_k3_valid|btf|conv
+conv_reflect|btf|conv(padding=1,padding_mode=reflect)
+conv_causal_lstm_seq|btf|conv(padding=causal) > lstm > fc
+bn_after_conv|btf|conv1(padding=1) > bn1 > relu > conv2 > bn2
+pool_mean_lengths|btf|gru > mean > fc
+residual_inner_tm|tbf|proj > (lstm > fc) + input > tanh
+char_lstm|btf|emb > lstm > fc > logsoftmax
+EOF
 copy_seeds model_load "$seeds"/models/*.fb "$bad"/models/*
 copy_seeds model_run "$seeds"/models/*.fb "$bad"/models/*
 
