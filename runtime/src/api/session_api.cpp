@@ -306,8 +306,9 @@ extern "C" ferry_status ferry_session_init(const ferry_model* model, const ferry
   }
   uint8_t* base = static_cast<uint8_t*>(arena);
   const Backend& backend = backend_for(config.backend);
-  ferry_session* s =
-      new (base) ferry_session{&backend, model, config.max_batch, config.max_seq, nullptr, config.fp_mode};
+  const bool plain_step = model->streamable && !model->input_is_tokens && model->max_conv_patch == 0;
+  ferry_session* s = new (base)
+      ferry_session{&backend, model, config.max_batch, config.max_seq, nullptr, config.fp_mode, plain_step};
   if ((st = backend.init(s, config, base)) != FERRY_OK) return st;
   *session_out = s;
   return FERRY_OK;
@@ -320,6 +321,14 @@ extern "C" ferry_status ferry_run(ferry_session* session, const float* input, si
 
 extern "C" ferry_status ferry_step(ferry_session* session, const float* input, size_t batch, float* output,
                                    size_t output_capacity) {
+  // The firmware loop's call (one sample of a plain model): what check_run
+  // would test for it, in four comparisons; anything else takes the full
+  // checks and their messages.
+  if (session && session->plain_step && batch == 1 && input && output &&
+      output_capacity >= session->model->output_size) {
+    FlushDenormals flush(session->fp_mode);
+    return session->backend->step(session, RunCall{input, nullptr, 1, 1, nullptr, output, 1});
+  }
   return step_checked(session, RunCall{input, nullptr, batch, 1, nullptr, output, 1}, output_capacity);
 }
 

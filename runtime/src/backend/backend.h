@@ -102,4 +102,7 @@ struct ferry_session {
   size_t max_seq;
   void* impl;
   ferry_fp_mode fp_mode;
+  // ferry_step of one sample needs no more than the buffer checks: the model
+  // streams, takes floats and has no Conv1d (one step in, one step out).
+  bool plain_step;
 };

@@ -174,7 +174,12 @@ ferry_status init(ferry_session* s, const SessionConfig& config, uint8_t* base) 
 ferry_status run(ferry_session* s, const RunCall& call) { return execute(s, call); }
 
 ferry_status step(ferry_session* s, const RunCall& call) {
-  if (call.batch == 1 && cpu_of(s)->program) {
+  const StepProgram* program = cpu_of(s)->program;
+  if (call.batch == 1 && program) {
+    if (program->direct) {
+      run_direct_step(program->direct, call.input, call.output);
+      return FERRY_OK;
+    }
     run_step_program(s, call.input, call.output);
     return FERRY_OK;
   }

@@ -31,6 +31,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "backend/backend.h"
 #include "kernels/kernel_set.h"
@@ -136,6 +137,19 @@ struct CpuSession {
 inline CpuSession* cpu_of(ferry_session* s) { return static_cast<CpuSession*>(s->impl); }
 inline const CpuSession* cpu_of(const ferry_session* s) { return static_cast<const CpuSession*>(s->impl); }
 
+// A state row's copy: inline for the short rows of streaming (no call into
+// libc's dispatch for 64 bytes: fixed-size blocks the compiler turns into
+// vector moves), memcpy beyond.
+inline void copy_floats(float* dst, const float* src, size_t n) {
+  if (n > 64) {
+    memcpy(dst, src, n * sizeof(float));
+    return;
+  }
+  size_t i = 0;
+  for (; i + 8 <= n; i += 8) memcpy(dst + i, src + i, 8 * sizeof(float));
+  if (i < n) memcpy(dst + i, src + i, (n - i) * sizeof(float));
+}
+
 // Hidden / cell state of cell `c` of `layer`, row `b` (max_batch rows).
 inline float* state_h(const ferry_session* s, const Layer& layer, uint32_t c, size_t b) {
   float* base = cpu_of(s)->state + layer.state_offset * s->max_batch;
@@ -190,6 +204,11 @@ struct StepOp {
   uint32_t cell;     // kCell
 };
 struct StepProgram {
+  // The whole program when it is one cell from the caller's input to the
+  // caller's output on one thread, with no projection and no quantized
+  // inputs (a lone LSTM / GRU / RNN layer, the firmware case): that cell's
+  // lone step, called straight from ferry_step. Else null.
+  LoneStep* direct;
   uint32_t count;
   StepOp ops[1];     // `count` of them (the region is sized for them)
 };
@@ -199,6 +218,14 @@ struct StepProgram {
 size_t step_program_ops(const ferry_model* m);
 bool build_step_program(ferry_session* s, const KernelChoice& choice, StepProgram* program);
 void run_step_program(ferry_session* s, const float* input, float* output);
+// A program's `direct` cell: what lone_cell_step does for it, without its
+// decisions (inlined into the backend's step).
+inline void run_direct_step(LoneStep* d, const float* input, float* output) {
+  d->args.x = input;
+  d->args.h_new = output;
+  d->k->step[d->kind](d->args, 0, d->panels);
+  copy_floats(d->h, output, d->args.hidden);
+}
 
 // Matrix products (products.cpp), split over the session's threads by
 // output columns (or rows), never inside a sum. On an i8 / i4 set the A

@@ -31,19 +31,6 @@ namespace {
 
 using kernels::KernelSet;
 
-// A state row's copy: inline for the short rows of streaming (no call into
-// libc's dispatch for 64 bytes: fixed-size blocks the compiler turns into
-// vector moves), memcpy beyond.
-inline void copy_floats(float* dst, const float* src, size_t n) {
-  if (n > 64) {
-    memcpy(dst, src, n * sizeof(float));
-    return;
-  }
-  size_t i = 0;
-  for (; i + 8 <= n; i += 8) memcpy(dst + i, src + i, 8 * sizeof(float));
-  for (; i < n; ++i) dst[i] = src[i];
-}
-
 bool active(const int32_t* lengths, size_t b, size_t t) {
   return !lengths || t < static_cast<size_t>(lengths[b]);
 }

@@ -96,6 +96,11 @@ bool build_step_program(ferry_session* s, const KernelChoice& choice, StepProgra
     // Identity, `last` and Embedding's tokens: nothing to do for one step.
   }
   program->count = n;
+  program->direct = nullptr;
+  if (n == 1 && ops[0].kind == StepOp::kCell && ops[0].src == kInput && ops[0].dst == kOutput && cpu->threads == 1) {
+    LoneStep& ls = cpu->lone[ops[0].cell];
+    if (!ls.k->quantize_rows && !m->cells[ops[0].cell].w_hr) program->direct = &ls;
+  }
   return cur == kOutput;
 }
 

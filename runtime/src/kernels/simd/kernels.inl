@@ -166,13 +166,27 @@ FERRY_VEC_INLINE void accumulate(Vec (&acc)[NP][G], const Weight& weight, const 
   const float* wi[NP];
 #pragma GCC unroll 8
   for (int i = 0; i < NP; ++i) wi[i] = w + (p + i) * panel;
-  for (uint32_t k = 0; k < kk; ++k) {
-    const Vec xk = vbroadcast(x + k);
+  // Two k per iteration (each chain still takes them in order): half the
+  // loop's pointer bumps and branches, which at H = 16 are a fifth of it.
+  const float* xk = x;
+  const float* const pairs_end = x + (kk & ~1u);
+  for (; xk != pairs_end; xk += 2) {
+    const Vec x0 = vbroadcast(xk), x1 = vbroadcast(xk + 1);
 #pragma GCC unroll 8
     for (int i = 0; i < NP; ++i) {
 #pragma GCC unroll 4
-      for (int g = 0; g < G; ++g) acc[i][g] = vfma(xk, vload(wi[i] + g * 8), acc[i][g]);
-      wi[i] += G * 8;
+      for (int g = 0; g < G; ++g) acc[i][g] = vfma(x0, vload(wi[i] + g * 8), acc[i][g]);
+#pragma GCC unroll 4
+      for (int g = 0; g < G; ++g) acc[i][g] = vfma(x1, vload(wi[i] + (G + g) * 8), acc[i][g]);
+      wi[i] += 2 * G * 8;
+    }
+  }
+  if (kk & 1) {
+    const Vec xl = vbroadcast(xk);
+#pragma GCC unroll 8
+    for (int i = 0; i < NP; ++i) {
+#pragma GCC unroll 4
+      for (int g = 0; g < G; ++g) acc[i][g] = vfma(xl, vload(wi[i] + g * 8), acc[i][g]);
     }
   }
 }
