@@ -298,6 +298,11 @@ std::vector<Shape> generated_shapes() {
       {L::RNN_TANH, 8, 67, 0, 2, true, true, false, "", 0, 3, 5, true},
       {L::RNN_RELU, 6, 15, 0, 1, false, true, false, "last>fc", 3, 2, 7, false},
       {L::RNN_RELU, 17, 130, 0, 1, false, false, true, "fc>sigmoid", 9, 1, 4, false},
+      // A lone GRU / RNN of one sample: ferry_step's direct path (the LSTM's are above).
+      {L::GRU, 16, 16, 0, 1, false, true, false, "", 0, 1, 4, false},
+      {L::GRU, 5, 11, 0, 1, false, false, true, "", 0, 1, 5, false},
+      {L::RNN_TANH, 16, 21, 0, 1, false, true, false, "", 0, 1, 4, false},
+      {L::RNN_RELU, 3, 8, 0, 1, false, true, false, "", 0, 1, 3, false},
       {L::Linear, 10, 0, 0, 0, false, true, false, "fc>relu>fc>softmax", 6, 5, 1, false},
       {L::Linear, 35, 0, 0, 0, false, false, false, "fc", 17, 40, 1, false},
       {L::Linear, 8, 0, 0, 0, false, true, false, "fc>tanh", 9, 1, 1, false},

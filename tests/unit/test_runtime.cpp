@@ -209,6 +209,47 @@ TEST(Runtime, RunChecksItsArguments) {
   EXPECT_EQ(ferry_session_init(l.model, &o, arena.data + 4, need, &s2), FERRY_INVALID_ARGUMENT);
 }
 
+// ferry_step of one sample takes a short path (four comparisons) on a model
+// that streams floats with no Conv1d; whatever it does not accept goes to the
+// full checks. Every refusal names what is wrong, writes nothing and leaves
+// the state where it was.
+TEST(Runtime, StepOfOneSampleRefusesWhatTheFullChecksRefuse) {
+  Loaded l(convert_fixture("lstm_1l_tm", "lstm > last > fc", false));
+  ferry_model_info info{};
+  info.struct_size = sizeof(info);
+  ASSERT_EQ(ferry_model_get_info(l.model, &info), FERRY_OK);
+  size_t need = 0;
+  ASSERT_EQ(ferry_arena_size(l.model, 2, 1, &need), FERRY_OK);
+  AlignedBuffer a1(need), a2(need);
+  const ferry_session_options o = options(2, 1);
+  ferry_session *s = nullptr, *fresh = nullptr;
+  ASSERT_EQ(ferry_session_init(l.model, &o, a1.data, need, &s), FERRY_OK);
+  ASSERT_EQ(ferry_session_init(l.model, &o, a2.data, need, &fresh), FERRY_OK);
+  std::vector<float> x(2 * info.input_size);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = 0.25f * static_cast<float>(i % 7) - 0.5f;
+  const float kUntouched = -1234.5f;
+  std::vector<float> y(2 * info.output_size, kUntouched);
+  const auto refused = [&](ferry_status got, ferry_status want, const char* says) {
+    EXPECT_EQ(got, want);
+    EXPECT_NE(std::string(ferry_last_error()).find(says), std::string::npos) << ferry_last_error();
+    for (float v : y) ASSERT_EQ(v, kUntouched) << "a refused step wrote output";
+  };
+  refused(ferry_step(s, x.data(), 1, y.data(), info.output_size - 1), FERRY_INVALID_ARGUMENT, "capacity");
+  refused(ferry_step(s, nullptr, 1, y.data(), y.size()), FERRY_INVALID_ARGUMENT, "NULL");
+  refused(ferry_step(s, x.data(), 1, nullptr, y.size()), FERRY_INVALID_ARGUMENT, "NULL");
+  refused(ferry_step(s, x.data(), 0, y.data(), y.size()), FERRY_INVALID_ARGUMENT, "batch");
+  refused(ferry_step(s, x.data(), 3, y.data(), y.size()), FERRY_INVALID_STATE, "max_batch");
+  refused(ferry_step(nullptr, x.data(), 1, y.data(), y.size()), FERRY_INVALID_ARGUMENT, "session");
+  const int32_t token = 0;
+  refused(ferry_step_tokens(s, &token, 1, y.data(), y.size()), FERRY_INVALID_ARGUMENT, "takes floats");
+  // Exactly the output's floats is enough; the refusals did not move the state.
+  std::vector<float> want(info.output_size);
+  ASSERT_EQ(ferry_step(fresh, x.data(), 1, want.data(), want.size()), FERRY_OK);
+  ASSERT_EQ(ferry_step(s, x.data(), 1, y.data(), info.output_size), FERRY_OK) << ferry_last_error();
+  EXPECT_EQ(0, std::memcmp(y.data(), want.data(), want.size() * sizeof(float)));
+  EXPECT_EQ(y[info.output_size], kUntouched) << "wrote past one sample's output";
+}
+
 TEST(Runtime, StepRefusesBidirectional) {
   Loaded l(convert_fixture("lstm_bi_2l", "lstm > last > fc", false));
   size_t need = 0;

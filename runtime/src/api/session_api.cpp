@@ -49,9 +49,8 @@ ferry_status read_options(const ferry_session_options* o, SessionConfig* out) {
     std::underlying_type<ferry_fp_mode>::type mode;
     static_assert(sizeof(mode) == sizeof(o->fp_mode), "enum and its underlying type differ in size");
     memcpy(&mode, &o->fp_mode, sizeof(mode));
-    if (static_cast<long long>(mode) < 0 || static_cast<long long>(mode) > FERRY_FP_CALLER) {
-      return fail(FERRY_INVALID_ARGUMENT, "fp_mode %lld is unknown", static_cast<long long>(mode));
-    }
+    const long long value = static_cast<long long>(mode);  // the enum's type is unsigned on some compilers
+    if (value < 0 || value > FERRY_FP_CALLER) return fail(FERRY_INVALID_ARGUMENT, "fp_mode %lld is unknown", value);
     out->fp_mode = static_cast<ferry_fp_mode>(mode);
   } else {
     out->fp_mode = FERRY_FP_RESTORE;  // what a caller of the 0.1 header was promised
