@@ -9,7 +9,6 @@
 
 #include <cmath>
 #include <fstream>
-#include <iterator>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -20,11 +19,13 @@
 #include "cli_runner.h"
 #include "ferry/ferry.h"
 #include "io/npy.h"
+#include "random_models.h"
 
 namespace {
 
 using ferry::conv::NpyArray;
 using ferry::conv::read_npy;
+using ferry::test::read_bytes;
 using ferry::test::run_ferry;
 using ferry::test::shell_quote;
 using ferry::test::TempDir;
@@ -82,6 +83,14 @@ std::string layout_flag(const std::string& layout) {
   if (layout == "batch_first") return "btf";
   if (layout == "channels_first") return "bft";
   return "tbf";
+}
+
+// `ferry convert` of ops/<name>.pt into dir/m.fb with a layout and a graph.
+ferry::test::CommandResult convert_op(const TempDir& dir, const std::string& name, const std::string& layout,
+                                      const std::string& graph) {
+  return run_ferry("convert " + shell_quote(kOps + name + ".pt") + " " + shell_quote(dir / "m.fb") + " --layout " +
+                       layout + " --graph " + shell_quote(graph),
+                   dir);
 }
 
 std::string convert_command(const OpFixture& f, const std::string& fb) {
@@ -191,9 +200,7 @@ TEST(OpFixtures, ManifestIsPresent) { EXPECT_GE(load_manifest().size(), 70u); }
 // PyTorch default) and a note saying what to write.
 TEST(OpFixtures, FirstLayerGroupsAssumedWithANote) {
   TempDir dir;
-  const auto c = run_ferry("convert " + shell_quote(kOps + "conv_groups2.pt") + " " + shell_quote(dir / "m.fb") +
-                               " --layout btf --graph 'conv(padding=1)'",
-                           dir);
+  const auto c = convert_op(dir, "conv_groups2", "btf", "conv(padding=1)");
   ASSERT_EQ(c.status, 0) << c.err;
   EXPECT_NE(c.err.find("conv(groups=N)"), std::string::npos) << c.err;
 }
@@ -211,9 +218,7 @@ TEST(OpFixtures, BadOptionsAreRefused) {
   };
   for (const auto& [graph, message] : cases) {
     TempDir dir;
-    const auto c = run_ferry("convert " + shell_quote(kOps + "conv_k3_pad1.pt") + " " + shell_quote(dir / "m.fb") +
-                                 " --layout btf --graph " + shell_quote(graph),
-                             dir);
+    const auto c = convert_op(dir, "conv_k3_pad1", "btf", graph);
     EXPECT_NE(c.status, 0) << graph;
     EXPECT_NE(c.err.find(message), std::string::npos) << graph << ": " << c.err;
     EXPECT_FALSE(std::ifstream(dir / "m.fb").good()) << graph << ": a partial output was left";
@@ -223,9 +228,7 @@ TEST(OpFixtures, BadOptionsAreRefused) {
 TEST(OpFixtures, ResidualShapesMustAgree) {
   TempDir dir;
   // proj maps 5 -> 6 features; adding the model's 5-wide input to it cannot work.
-  const auto c = run_ferry("convert " + shell_quote(kOps + "residual_inner_tm.pt") + " " + shell_quote(dir / "m.fb") +
-                               " --layout tbf --graph '(proj > lstm > fc) + input'",
-                           dir);
+  const auto c = convert_op(dir, "residual_inner_tm", "tbf", "(proj > lstm > fc) + input");
   EXPECT_NE(c.status, 0);
   EXPECT_NE(c.err.find("the shapes differ"), std::string::npos) << c.err;
 }
@@ -242,11 +245,6 @@ size_t torch_min_length(int k, int s, int p, int d, bool reflect) {
     const int num = L + 2 * p - d * (k - 1) - 1;
     if (num >= 0 && num / s + 1 >= 1 && (!reflect || p < L)) return static_cast<size_t>(L);
   }
-}
-
-std::vector<uint8_t> read_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), {});
 }
 
 }  // namespace
@@ -269,9 +267,7 @@ TEST(OpFixtures, MinSeqIsTheShortestInputPyTorchAccepts) {
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
     TempDir dir;
-    const auto conv = run_ferry("convert " + shell_quote(kOps + c.name + ".pt") + " " + shell_quote(dir / "m.fb") +
-                                    " --layout btf --graph " + shell_quote(c.graph),
-                                dir);
+    const auto conv = convert_op(dir, c.name, "btf", c.graph);
     ASSERT_EQ(conv.status, 0) << conv.err;
     std::vector<uint8_t> bytes = read_bytes(dir / "m.fb");
     ASSERT_FALSE(bytes.empty());
@@ -300,15 +296,11 @@ TEST(OpFixtures, MinSeqIsTheShortestInputPyTorchAccepts) {
 // This is the case CI's model_run fuzzer found (kernel 3, dilation 65547).
 TEST(OpFixtures, ExerciseHarnessRunsALongKernelAtItsMinSeq) {
   TempDir dir;
-  const auto conv = run_ferry("convert " + shell_quote(kOps + "conv_k3_valid.pt") + " " + shell_quote(dir / "m.fb") +
-                                  " --layout btf --graph 'conv(dilation=3)'",
-                              dir);
+  const auto conv = convert_op(dir, "conv_k3_valid", "btf", "conv(dilation=3)");
   ASSERT_EQ(conv.status, 0) << conv.err;
-  std::vector<uint8_t> bytes = read_bytes(dir / "m.fb");
-  std::vector<uint8_t> aligned(bytes.size() + 64);
-  uint8_t* p = aligned.data() + (64 - reinterpret_cast<uintptr_t>(aligned.data()) % 64) % 64;
-  std::memcpy(p, bytes.data(), bytes.size());
-  const ferry::test::ExerciseResult r = ferry::test::exercise_model(p, bytes.size());
+  const std::vector<uint8_t> bytes = read_bytes(dir / "m.fb");
+  const ferry::test::AlignedBytes aligned(bytes.data(), bytes.size());
+  const ferry::test::ExerciseResult r = ferry::test::exercise_model(aligned.data(), aligned.size());
   EXPECT_EQ(r.load, FERRY_OK);
   EXPECT_TRUE(r.ran);
   EXPECT_EQ(r.failure, "");

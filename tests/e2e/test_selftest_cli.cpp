@@ -12,6 +12,7 @@
 
 namespace {
 
+using ferry::test::read_bytes;
 using ferry::test::read_text;
 using ferry::test::run_ferry;
 using ferry::test::shell_quote;
@@ -23,11 +24,6 @@ ferry::test::CommandResult convert(const TempDir& dir, const std::string& extra 
   return run_ferry("convert " + shell_quote(kModels + "lstm_2l_bf.pt") + " " + shell_quote(dir / "m.fb") +
                        " --graph 'lstm > last > fc' --batch-first " + extra,
                    dir);
-}
-
-std::vector<uint8_t> read_bytes(const std::string& path) {
-  const std::string s = read_text(path);
-  return {s.begin(), s.end()};
 }
 
 void write_bytes(const std::string& path, const std::vector<uint8_t>& bytes) {

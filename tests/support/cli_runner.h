@@ -5,12 +5,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 namespace ferry::test {
 
@@ -43,6 +45,11 @@ inline std::string read_text(const std::string& path) {
   std::stringstream s;
   s << f.rdbuf();
   return s.str();
+}
+
+inline std::vector<uint8_t> read_bytes(const std::string& path) {
+  const std::string s = read_text(path);
+  return {s.begin(), s.end()};
 }
 
 inline std::string shell_quote(const std::string& s) {

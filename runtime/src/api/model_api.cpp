@@ -85,7 +85,7 @@ extern "C" ferry_status ferry_model_get_info(const ferry_model* model, ferry_mod
     info->input_is_tokens = model->input_is_tokens;
   }
   if (info->struct_size >= offsetof(ferry_model_info, min_seq) + sizeof(size_t)) {
-    info->min_seq = model->has_time_axis ? min_input_steps(model) : 1;
+    info->min_seq = min_input_steps(model);
   }
   return FERRY_OK;
 }

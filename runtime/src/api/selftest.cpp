@@ -52,9 +52,10 @@ ferry_status find_vectors(const ferry_model* model, const ferry_backend* backend
     return fail(FERRY_INVALID_MODEL, "selftest: batch %u, seq %u out of range", st->batch(),
                 st->seq());
   }
-  if (model->has_time_axis && st->seq() < min_input_steps(model)) {
+  const size_t min_seq = min_input_steps(model);
+  if (st->seq() < min_seq) {
     return fail(FERRY_INVALID_MODEL, "selftest: seq %u is fewer than the %zu steps the model takes", st->seq(),
-                min_input_steps(model));
+                min_seq);
   }
   v->batch = st->batch();
   v->seq = st->seq();

@@ -170,9 +170,10 @@ inline size_t conv_output_steps(const Layer& l, size_t steps) {
 
 // Fewest input steps a whole-sequence run accepts: the chain walked
 // backwards from one output step, each Conv1d asking for its span, stride
-// and reflect padding (PyTorch's L_out >= 1). 1 for a chain without convs.
-// Saturates at 2^40 (no arena holds that many steps).
+// and reflect padding (PyTorch's L_out >= 1). 1 for a chain without convs
+// or without a time axis. Saturates at 2^40 (no arena holds that many steps).
 inline size_t min_input_steps(const ferry_model* m) {
+  if (!m->has_time_axis) return 1;
   constexpr uint64_t kCap = uint64_t{1} << 40;
   uint64_t need = 1;
   for (uint32_t i = m->num_layers; i-- > 0;) {
