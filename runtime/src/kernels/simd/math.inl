@@ -98,6 +98,31 @@ FERRY_VEC_INLINE void lstm_finish(Vec gi, Vec gf, Vec gg, Vec go, float* c, floa
   vstore_lanes(h_new + p * 8, vmul(o, vtanh(c1)), n);
 }
 
+// lstm_finish of N panels p .. p+N-1 at once, stage by stage: the 4N gate
+// activations, then the N cell states, then the N tanh(c'). Each lane gets
+// exactly lstm_finish's operations; the stages only give the core N
+// independent chains at a time where one panel alone leaves it waiting on
+// the sigmoid's ~60-cycle dependent chain.
+template <int N>
+FERRY_VEC_INLINE void lstm_finish_panels(const Vec (&a)[N][4], float* c, float* h_new, uint32_t p, uint32_t hidden) {
+  Vec i[N], f[N], g[N], o[N], c1[N];
+#pragma GCC unroll 8
+  for (int n = 0; n < N; ++n) {
+    i[n] = vsigmoid(a[n][0]);
+    f[n] = vsigmoid(a[n][1]);
+    g[n] = vtanh(a[n][2]);
+    o[n] = vsigmoid(a[n][3]);
+  }
+#pragma GCC unroll 8
+  for (int n = 0; n < N; ++n) {
+    const uint32_t lanes = panel_lanes(p + n, hidden);
+    c1[n] = vfma(f[n], vload_lanes(c + (p + n) * 8, lanes), vmul(i[n], g[n]));
+    vstore_lanes(c + (p + n) * 8, c1[n], lanes);
+  }
+#pragma GCC unroll 8
+  for (int n = 0; n < N; ++n) vstore_lanes(h_new + (p + n) * 8, vmul(o[n], vtanh(c1[n])), panel_lanes(p + n, hidden));
+}
+
 FERRY_VEC_INLINE void gru_finish(Vec ar, Vec az, Vec anx, Vec anh, const float* h, float* h_new, uint32_t p,
                                  uint32_t hidden) {
   const uint32_t lanes = panel_lanes(p, hidden);
