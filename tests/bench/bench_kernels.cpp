@@ -14,15 +14,16 @@
 // A benchmark, not a test: no timing is asserted anywhere.
 #include <benchmark/benchmark.h>
 
-#include <chrono>
 #include <cstdio>
 #include <random>
+#include <string>
 #include <vector>
 
 #if defined(__x86_64__)
-#include <immintrin.h>
+#include <xmmintrin.h>
 #endif
 
+#include "fma_peak.h"
 #include "kernels/kernel_set.h"
 #include "kernels/registry.h"
 #include "shared/weight_layout.h"
@@ -97,44 +98,11 @@ void flush_denormals() {
 #endif
 }
 
-// Multiply-adds per second of one core: 12 independent 8-wide FMA chains
-// (enough to cover latency x ports on every x86 core since Haswell).
-#if defined(__x86_64__)
-__attribute__((target("avx2,fma"), noinline)) double fma_peak_once() {
-  __m256 a0 = _mm256_set1_ps(0.0f), a1 = _mm256_set1_ps(1.0f), a2 = _mm256_set1_ps(2.0f), a3 = _mm256_set1_ps(3.0f);
-  __m256 a4 = _mm256_set1_ps(4.0f), a5 = _mm256_set1_ps(5.0f), a6 = _mm256_set1_ps(6.0f), a7 = _mm256_set1_ps(7.0f);
-  __m256 a8 = _mm256_set1_ps(8.0f), a9 = _mm256_set1_ps(9.0f), a10 = _mm256_set1_ps(10.0f), a11 = _mm256_set1_ps(11.0f);
-  const __m256 m = _mm256_set1_ps(0.999999f), b = _mm256_set1_ps(1e-7f);
-  constexpr long kIters = 20'000'000;
-  const auto t0 = std::chrono::steady_clock::now();
-  for (long n = 0; n < kIters; ++n) {
-    a0 = _mm256_fmadd_ps(a0, m, b), a1 = _mm256_fmadd_ps(a1, m, b), a2 = _mm256_fmadd_ps(a2, m, b);
-    a3 = _mm256_fmadd_ps(a3, m, b), a4 = _mm256_fmadd_ps(a4, m, b), a5 = _mm256_fmadd_ps(a5, m, b);
-    a6 = _mm256_fmadd_ps(a6, m, b), a7 = _mm256_fmadd_ps(a7, m, b), a8 = _mm256_fmadd_ps(a8, m, b);
-    a9 = _mm256_fmadd_ps(a9, m, b), a10 = _mm256_fmadd_ps(a10, m, b), a11 = _mm256_fmadd_ps(a11, m, b);
-  }
-  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  const __m256 all = _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)),
-                                   _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(a4, a5), _mm256_add_ps(a6, a7)),
-                                                 _mm256_add_ps(_mm256_add_ps(a8, a9), _mm256_add_ps(a10, a11))));
-  float sink[8];
-  _mm256_storeu_ps(sink, all);
-  benchmark::DoNotOptimize(sink[0]);
-  return 12.0 * 8 * kIters / s;
-}
-#endif
-
+// Multiply-adds per second of one core at the FMA width of the kernel set
+// (AVX-512 for f32_avx512, else AVX2+FMA), measured once.
 double fma_peak() {
-  static double best = 0;
-#if defined(__x86_64__)
-  if (best == 0) {
-    for (int i = 0; i < 5; ++i) {
-      const double r = fma_peak_once();
-      if (r > best) best = r;
-    }
-  }
-#endif
-  return best;  // 0 elsewhere: the fraction is not reported
+  static const double peak = ferry_bench::fma_peak(std::string(w3().set->name).find("avx512") != std::string::npos);
+  return peak;  // 0 where not measurable: the fraction is not reported
 }
 
 void report(benchmark::State& state, double macs) {
@@ -194,7 +162,7 @@ int main(int argc, char** argv) {
     std::printf("no f32 SIMD kernel set runs on this CPU: nothing to measure\n");
     return 0;
   }
-  if (fma_peak() > 0) std::printf("FMA peak, 1 core (AVX2+FMA): %.1f GFLOP/s\n", 2 * fma_peak() / 1e9);
+  if (fma_peak() > 0) std::printf("FMA peak, 1 core, at %s's width: %.1f GFLOP/s\n", w3().set->name, 2 * fma_peak() / 1e9);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;

@@ -60,6 +60,7 @@
 #endif
 
 #include "convert.h"
+#include "fma_peak.h"
 #include "error.h"
 #include "ferry/ferry.h"
 
@@ -129,36 +130,6 @@ std::string limit_openblas_threads() {
 }
 
 #if defined(__x86_64__)
-// Twelve chains with distinct starting values: identical ones would be
-// merged into one by the compiler (and measure latency, not throughput).
-__attribute__((target("avx2,fma"), noinline)) float fma_loop_avx2(long iters) {
-  __m256 a[12];
-  for (int j = 0; j < 12; ++j) a[j] = _mm256_set1_ps(1.0f + 0.01f * static_cast<float>(j));
-  const __m256 m = _mm256_set1_ps(0.9999f), c = _mm256_set1_ps(1e-4f);
-  for (long i = 0; i < iters; ++i) {
-#pragma GCC unroll 12
-    for (int j = 0; j < 12; ++j) a[j] = _mm256_fmadd_ps(a[j], m, c);
-  }
-  __m256 s = a[0];
-  for (int j = 1; j < 12; ++j) s = _mm256_add_ps(s, a[j]);
-  float out[8];
-  _mm256_storeu_ps(out, s);
-  return out[0];
-}
-
-__attribute__((target("avx512f"), noinline)) float fma_loop_avx512(long iters) {
-  __m512 a[12];
-  for (int j = 0; j < 12; ++j) a[j] = _mm512_set1_ps(1.0f + 0.01f * static_cast<float>(j));
-  const __m512 m = _mm512_set1_ps(0.9999f), c = _mm512_set1_ps(1e-4f);
-  for (long i = 0; i < iters; ++i) {
-#pragma GCC unroll 12
-    for (int j = 0; j < 12; ++j) a[j] = _mm512_fmadd_ps(a[j], m, c);
-  }
-  __m512 s = a[0];
-  for (int j = 1; j < 12; ++j) s = _mm512_add_ps(s, a[j]);
-  return _mm512_reduce_add_ps(s);
-}
-
 __attribute__((target("avx2"), noinline)) float read_loop(const float* p, size_t n) {
   __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
   for (size_t i = 0; i + 32 <= n; i += 32) {
@@ -182,27 +153,7 @@ float read_loop(const float* p, size_t n) {
 
 volatile float g_sink;
 
-// Multiply-adds per second of one core at its FMA peak (median of rounds).
-double fma_peak(bool avx512) {
-#if defined(__x86_64__)
-  __builtin_cpu_init();
-  if (avx512 ? !__builtin_cpu_supports("avx512f") : !(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))) {
-    return 0;
-  }
-  const long iters = 4000000;
-  std::vector<double> rates;
-  for (int r = 0; r < 15; ++r) {
-    const double t0 = cpu_us();
-    g_sink = avx512 ? fma_loop_avx512(iters) : fma_loop_avx2(iters);
-    const double us = cpu_us() - t0;
-    rates.push_back(iters * 12.0 * (avx512 ? 16 : 8) / (us * 1e-6));
-  }
-  return median(rates);
-#else
-  (void)avx512;
-  return 0;
-#endif
-}
+using ferry_bench::fma_peak;
 
 // A buffer of a weight matrix's size, read whole by `pass()`: the memory
 // ceiling of a workload, sampled in the same rounds as ferry and libtorch so

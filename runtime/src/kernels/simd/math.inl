@@ -89,20 +89,12 @@ FERRY_VEC_INLINE Vec vrelu(Vec x) { return vmax(vzero(), x); }
 //   GRU   n = tanh(n_x + r*n_h),  h' = (1-z)*n + z*h = n + z*(h - n)
 //   RNN   h' = tanh(a) or relu(a)
 
-FERRY_VEC_INLINE void lstm_finish(Vec gi, Vec gf, Vec gg, Vec go, float* c, float* h_new, uint32_t p,
-                                  uint32_t hidden) {
-  const uint32_t n = panel_lanes(p, hidden);
-  const Vec i = vsigmoid(gi), f = vsigmoid(gf), g = vtanh(gg), o = vsigmoid(go);
-  const Vec c1 = vfma(f, vload_lanes(c + p * 8, n), vmul(i, g));
-  vstore_lanes(c + p * 8, c1, n);
-  vstore_lanes(h_new + p * 8, vmul(o, vtanh(c1)), n);
-}
-
-// lstm_finish of N panels p .. p+N-1 at once, stage by stage: the 4N gate
-// activations, then the N cell states, then the N tanh(c'). Each lane gets
-// exactly lstm_finish's operations; the stages only give the core N
-// independent chains at a time where one panel alone leaves it waiting on
-// the sigmoid's ~60-cycle dependent chain.
+// LSTM state update of N panels p .. p+N-1 (a[n] = the i, f, g, o
+// pre-activations of panel p+n), stage by stage: the 4N gate activations,
+// then the N cell states, then the N tanh(c'). Each lane's operations do not
+// depend on N; the stages only give the core N independent chains at a time
+// where one panel alone leaves it waiting on the sigmoid's ~60-cycle
+// dependent chain.
 template <int N>
 FERRY_VEC_INLINE void lstm_finish_panels(const Vec (&a)[N][4], float* c, float* h_new, uint32_t p, uint32_t hidden) {
   Vec i[N], f[N], g[N], o[N], c1[N];
@@ -121,6 +113,12 @@ FERRY_VEC_INLINE void lstm_finish_panels(const Vec (&a)[N][4], float* c, float* 
   }
 #pragma GCC unroll 8
   for (int n = 0; n < N; ++n) vstore_lanes(h_new + (p + n) * 8, vmul(o[n], vtanh(c1[n])), panel_lanes(p + n, hidden));
+}
+
+FERRY_VEC_INLINE void lstm_finish(Vec gi, Vec gf, Vec gg, Vec go, float* c, float* h_new, uint32_t p,
+                                  uint32_t hidden) {
+  const Vec a[1][4] = {{gi, gf, gg, go}};
+  lstm_finish_panels<1>(a, c, h_new, p, hidden);
 }
 
 FERRY_VEC_INLINE void gru_finish(Vec ar, Vec az, Vec anx, Vec anh, const float* h, float* h_new, uint32_t p,
