@@ -1,19 +1,36 @@
-// W3 (LSTM, I = 64, H = 256, B = 64: one step of a batched sequence) taken
-// apart into the kernels the CPU backend runs for it, on the fastest f32
-// kernel set of this CPU, each reported as a fraction of the core's FMA peak
-// measured in the same process:
+// Two workloads of ferry_bench_torch taken apart into the kernels the CPU
+// backend runs for them, on the fastest f32 kernel set of this CPU, each
+// reported against a ceiling measured in the same process.
+//
+// W3 (LSTM, I = 64, H = 256, B = 64: one step of a batched sequence), each
+// gemm as a fraction of the core's FMA peak:
 //   input    gemm  P = bias + W_ih x_t        M = 64, N = 1024, K = 64
 //   gemm     gemm  P += W_hh h_{t-1}          M = 64, N = 1024, K = 256
 //   update   lstm_update of the 64 rows       2,048 gate vectors of 4 x 8
 // The sum of the three is what a W3 step costs at the kernels; `ferry bench
 // --batch 64 --seq 128` on the same shape adds the output rows and the state
-// around it. Denormals are flushed, as the runtime does during a run.
+// around it.
+//
+// W2 (2-layer LSTM, I = 32, H = 256, B = 1, T = 512), per chunk of 64 steps
+// (the CPU backend's chunk at batch 1):
+//   steps    64 fused batch-1 step kernels of one layer, from its
+//            precomputed input part: W_hh (1 MB) read every step; against
+//            `read`, a plain read of the same bytes as many times (of_read =
+//            read time / kernel time)
+//   proj1    layer 1's input part of the chunk: gemm M = 64, N = 1024, K = 32
+//   proj2    layer 2's: gemm M = 64, N = 1024, K = 256 (as fraction of peak)
+// A whole W2 run is 8 chunks of (proj1 + steps + proj2 + steps): BM_W2Run
+// runs exactly that, for comparison with `ferry bench --seq 512` and with
+// ferry_bench_torch's floor (the W_hh reads alone).
+// Denormals are flushed, as the runtime does during a run.
 //
 //   ferry_bench_kernels [--benchmark_repetitions=N] [--benchmark_filter=...]
 //
 // A benchmark, not a test: no timing is asserted anywhere.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <random>
 #include <string>
@@ -24,6 +41,7 @@
 #endif
 
 #include "fma_peak.h"
+#include "read_pass.h"
 #include "kernels/kernel_set.h"
 #include "kernels/registry.h"
 #include "shared/weight_layout.h"
@@ -54,9 +72,9 @@ struct Floats {
 struct Panel8 {
   Floats data;
   Weight w;
-  Panel8(std::mt19937& rng, uint32_t K) : data(layout::panel8_elements(kG, kH, K), &rng, 0.0625f) {
+  Panel8(std::mt19937& rng, uint32_t K, uint32_t H = kH) : data(layout::panel8_elements(kG, H, K), &rng, 0.0625f) {
     w.data = data.p;
-    w.units = kH;
+    w.units = H;
     w.cols = K;
     w.gates = kG;
     w.layout = WeightLayout::kPanel8;
@@ -89,6 +107,55 @@ struct W3 {
 
 W3& w3() {
   static W3 w;
+  return w;
+}
+
+// W2 (I 32, H 256, B 1): one chunk of 64 steps of each layer. Layer 2's
+// steps read a second W_hh, as the run does (each layer's W_hh is read by
+// its own 512 steps, one layer after the other).
+constexpr uint32_t kW2I = 32, kW2Chunk = 64, kW2Chunks = 8;
+
+struct W2 {
+  std::mt19937 rng{11};
+  const KernelSet* set = kernels::best_simd_kernel_set(DType::kF32);
+  Panel8 w_ih1{rng, kW2I}, w_hh1{rng, kH}, w_ih2{rng, kH}, w_hh2{rng, kH};
+  Floats bias_data{kCols, &rng, 0.1f}, x{kW2Chunk * kW2I, &rng, 1.0f}, y1{kW2Chunk * kH, &rng, 0.5f};
+  Floats pre{kW2Chunk * kCols}, h{kH, &rng, 0.5f}, c{kH, &rng, 0.5f}, h_new{kH};
+  Weight bias;
+  W2() {
+    bias.data = bias_data.p;
+    bias.units = kH;
+    bias.gates = kG;
+    bias.layout = WeightLayout::kPanel8;
+    proj1();
+  }
+  void proj1() { set->gemm({&w_ih1.w, x.p, kW2I, &bias, nullptr, pre.p, kCols, kCols}, 0, kW2Chunk, 0, kCols / 8); }
+  void proj2() { set->gemm({&w_ih2.w, y1.p, kH, &bias, nullptr, pre.p, kCols, kCols}, 0, kW2Chunk, 0, kCols / 8); }
+  // The chunk's steps of one layer; h ping-pongs as the backend's state does.
+  void steps(const Weight& w_hh) {
+    float* hp = h.p;
+    float* hn = h_new.p;
+    for (uint32_t t = 0; t < kW2Chunk; ++t) {
+      const kernels::StepArgs a{nullptr, nullptr, pre.p + size_t{t} * kCols, nullptr, &w_hh, hp, nullptr,
+                                c.p,     hn,      kH,                        0};
+      set->step[0](a, 0, layout::panels_of(kH));
+      float* sw = hp;
+      hp = hn;
+      hn = sw;
+    }
+  }
+  // A plain read of both W_hh, as many times as the chunk's steps read them.
+  float read() {
+    const size_t n = layout::panel8_elements(kG, kH, kH);
+    float s = 0;
+    for (uint32_t t = 0; t < kW2Chunk; ++t) s += ferry_bench::read_loop(w_hh1.data.p, n);
+    for (uint32_t t = 0; t < kW2Chunk; ++t) s += ferry_bench::read_loop(w_hh2.data.p, n);
+    return s;
+  }
+};
+
+W2& w2() {
+  static W2 w;
   return w;
 }
 
@@ -149,12 +216,93 @@ void BM_W3Step(benchmark::State& state) {
   report(state, double(kB) * kCols * (kI + kH));
 }
 
+// Seconds of one W2::read() (median of 9): the W_hh reads of one chunk of
+// both layers at the speed of a plain read, measured once.
+double w2_read_seconds() {
+  static const double seconds = [] {
+    static volatile float sink;
+    std::vector<double> t;
+    for (int r = 0; r < 9; ++r) {
+      const auto t0 = std::chrono::steady_clock::now();
+      sink = w2().read();
+      t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    std::sort(t.begin(), t.end());
+    return t[t.size() / 2];
+  }();
+  return seconds;
+}
+
+constexpr double kW2HhBytes = 4.0 * kG * kH * kH;  // one W_hh
+
+void BM_W2Read(benchmark::State& state) {
+  W2& w = w2();
+  for (auto _ : state) benchmark::DoNotOptimize(w.read());
+  state.counters["GB/s"] = benchmark::Counter(2 * kW2Chunk * kW2HhBytes / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// 64 steps of each layer: the W_hh reads, plus the update and the input
+// part each step adds.
+void BM_W2Steps(benchmark::State& state) {
+  flush_denormals();
+  W2& w = w2();
+  const double read_s = w2_read_seconds();
+  for (auto _ : state) {
+    w.steps(w.w_hh1.w);
+    w.steps(w.w_hh2.w);
+  }
+  state.counters["GB/s"] = benchmark::Counter(2 * kW2Chunk * kW2HhBytes / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["of_read"] = benchmark::Counter(read_s, benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(w.set->name);
+}
+
+void BM_W2Proj1(benchmark::State& state) {
+  flush_denormals();
+  W2& w = w2();
+  for (auto _ : state) w.proj1();
+  report(state, double(kW2Chunk) * kCols * kW2I);
+}
+
+void BM_W2Proj2(benchmark::State& state) {
+  flush_denormals();
+  W2& w = w2();
+  for (auto _ : state) w.proj2();
+  report(state, double(kW2Chunk) * kCols * kH);
+}
+
+// A whole W2 run at the kernels, in the backend's order: layer 1's eight
+// chunks (input part, then its 64 steps), then layer 2's. of_floor:
+// ferry_bench_torch's floor for W2 (each W_hh read once per step at the
+// plain read's speed) over this time.
+void BM_W2Run(benchmark::State& state) {
+  flush_denormals();
+  W2& w = w2();
+  const double read_s = w2_read_seconds();
+  for (auto _ : state) {
+    for (uint32_t i = 0; i < kW2Chunks; ++i) {
+      w.proj1();
+      w.steps(w.w_hh1.w);
+    }
+    for (uint32_t i = 0; i < kW2Chunks; ++i) {
+      w.proj2();
+      w.steps(w.w_hh2.w);
+    }
+  }
+  state.counters["of_floor"] = benchmark::Counter(kW2Chunks * read_s, benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(w.set->name);
+}
+
 }  // namespace
 
 BENCHMARK(BM_W3InputGemm)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_W3RecurrentGemm)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_W3LstmUpdate)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_W3Step)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_W2Read)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_W2Steps)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_W2Proj1)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_W2Proj2)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_W2Run)->Unit(benchmark::kMillisecond);
 
 int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);

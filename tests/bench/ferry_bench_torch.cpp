@@ -60,9 +60,10 @@
 #endif
 
 #include "convert.h"
-#include "fma_peak.h"
 #include "error.h"
 #include "ferry/ferry.h"
+#include "fma_peak.h"
+#include "read_pass.h"
 
 namespace {
 
@@ -129,31 +130,10 @@ std::string limit_openblas_threads() {
   return s;
 }
 
-#if defined(__x86_64__)
-__attribute__((target("avx2"), noinline)) float read_loop(const float* p, size_t n) {
-  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-  for (size_t i = 0; i + 32 <= n; i += 32) {
-    a0 = _mm256_add_ps(a0, _mm256_load_ps(p + i));
-    a1 = _mm256_add_ps(a1, _mm256_load_ps(p + i + 8));
-    a2 = _mm256_add_ps(a2, _mm256_load_ps(p + i + 16));
-    a3 = _mm256_add_ps(a3, _mm256_load_ps(p + i + 24));
-  }
-  const __m256 s = _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3));
-  float out[8];
-  _mm256_storeu_ps(out, s);
-  return out[0];
-}
-#else
-float read_loop(const float* p, size_t n) {
-  float s = 0;
-  for (size_t i = 0; i < n; ++i) s += p[i];
-  return s;
-}
-#endif
-
 volatile float g_sink;
 
 using ferry_bench::fma_peak;
+using ferry_bench::read_loop;
 
 // A buffer of a weight matrix's size, read whole by `pass()`: the memory
 // ceiling of a workload, sampled in the same rounds as ferry and libtorch so
@@ -171,7 +151,6 @@ struct StreamBuffer {
   StreamBuffer(const StreamBuffer&) = delete;
   StreamBuffer& operator=(const StreamBuffer&) = delete;
   void pass() {
-    __asm__ __volatile__("" : : "r"(p) : "memory");
     g_sink = read_loop(p, n);
   }
 };
