@@ -1,4 +1,4 @@
-// Two workloads of ferry_bench_torch taken apart into the kernels the CPU
+// Workloads of ferry_bench_torch taken apart into the kernels the CPU
 // backend runs for them, on the fastest f32 kernel set of this CPU, each
 // reported against a ceiling measured in the same process.
 //
@@ -22,6 +22,10 @@
 // A whole W2 run is 8 chunks of (proj1 + steps + proj2 + steps): BM_W2Run
 // runs exactly that, for comparison with `ferry bench --seq 512` and with
 // ferry_bench_torch's floor (the W_hh reads alone).
+//
+// W1 / W4 at H = 16 (LSTM / GRU, I = 16, one sample): the fused step kernel
+// alone, 1,000 dependent steps (ns_per_step): what ferry_step costs without
+// its C API around it.
 // Denormals are flushed, as the runtime does during a run.
 //
 //   ferry_bench_kernels [--benchmark_repetitions=N] [--benchmark_filter=...]
@@ -68,15 +72,17 @@ struct Floats {
   }
 };
 
-// A [4H, K] LSTM weight in Panel8 (the f32 SIMD sets' layout).
+// A [G*H, K] weight in Panel8 (the f32 SIMD sets' layout), or with K = 1 a
+// panel-order bias row.
 struct Panel8 {
   Floats data;
   Weight w;
-  Panel8(std::mt19937& rng, uint32_t K, uint32_t H = kH) : data(layout::panel8_elements(kG, H, K), &rng, 0.0625f) {
+  Panel8(std::mt19937& rng, uint32_t K, uint32_t H = kH, uint32_t G = kG, float scale = 0.0625f)
+      : data(layout::panel8_elements(G, H, K), &rng, scale) {
     w.data = data.p;
     w.units = H;
     w.cols = K;
-    w.gates = kG;
+    w.gates = G;
     w.layout = WeightLayout::kPanel8;
   }
 };
@@ -109,6 +115,39 @@ W3& w3() {
   static W3 w;
   return w;
 }
+
+// W1 / W4 at H = 16 (I = 16, one sample): the fused step kernel alone, as
+// ferry_step runs it for a lone LSTM or GRU (input part, recurrent part and
+// update in one call), h of each step feeding the next. What `ferry bench
+// --stream` or the peer harness measure beyond this is the C API around it.
+constexpr uint32_t kSmall = 16;
+
+struct SmallStep {
+  std::mt19937 rng{13};
+  const KernelSet* set = kernels::best_simd_kernel_set(DType::kF32);
+  uint32_t gates;
+  Panel8 w_ih, w_hh, bias, b_hn;
+  Floats x{kSmall, &rng, 1.0f}, h{kSmall, &rng, 0.5f}, c{kSmall, &rng, 0.5f}, h_new{kSmall};
+  explicit SmallStep(uint32_t G)
+      : gates(G),
+        w_ih(rng, kSmall, kSmall, G, 0.25f),
+        w_hh(rng, kSmall, kSmall, G, 0.25f),
+        bias(rng, 1, kSmall, G, 0.1f),
+        b_hn(rng, 1, kSmall, 1, 0.1f) {}
+  void run(size_t steps) {
+    const int kind = gates == 4 ? 0 : 1;  // kernel_set.h: LSTM, GRU, RNN
+    float* hp = h.p;
+    float* hn = h_new.p;
+    for (size_t t = 0; t < steps; ++t) {
+      const kernels::StepArgs a{&w_ih.w, x.p, nullptr, &bias.w, &w_hh.w, hp, gates == 3 ? &b_hn.w : nullptr,
+                                gates == 4 ? c.p : nullptr, hn, kSmall, 0};
+      set->step[kind](a, 0, layout::panels_of(kSmall));
+      float* sw = hp;
+      hp = hn;
+      hn = sw;
+    }
+  }
+};
 
 // W2 (I 32, H 256, B 1): one chunk of 64 steps of each layer. Layer 2's
 // steps read a second W_hh, as the run does (each layer's W_hh is read by
@@ -216,6 +255,20 @@ void BM_W3Step(benchmark::State& state) {
   report(state, double(kB) * kCols * (kI + kH));
 }
 
+// 1,000 dependent steps per iteration; the time is per step.
+void small_step(benchmark::State& state, uint32_t G) {
+  flush_denormals();
+  SmallStep w(G);
+  if (!w.set) return;
+  for (auto _ : state) w.run(1000);
+  state.counters["ns_per_step"] = benchmark::Counter(1000 * 1e-9, benchmark::Counter::kIsIterationInvariantRate |
+                                                                       benchmark::Counter::kInvert);
+  state.SetLabel(w.set->name);
+}
+
+void BM_W1H16StepKernel(benchmark::State& state) { small_step(state, 4); }
+void BM_W4H16StepKernel(benchmark::State& state) { small_step(state, 3); }
+
 // Seconds of one W2::read() (median of 9): the W_hh reads of one chunk of
 // both layers at the speed of a plain read, measured once.
 double w2_read_seconds() {
@@ -298,6 +351,8 @@ BENCHMARK(BM_W3InputGemm)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_W3RecurrentGemm)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_W3LstmUpdate)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_W3Step)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_W1H16StepKernel)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_W4H16StepKernel)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_W2Read)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_W2Steps)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_W2Proj1)->Unit(benchmark::kMicrosecond);
