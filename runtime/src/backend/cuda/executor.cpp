@@ -258,6 +258,9 @@ ferry_status execute(ExecState& x, const DeviceOps& ops, void* ctx, const RunCal
       case Op::kSigmoid: st = ops.activation(ctx, kActSigmoid, cur, rows * layer.in); break;
       case Op::kSoftmax: st = ops.softmax(ctx, cur, rows, layer.in); break;
       case Op::kIdentity: break;
+      default:  // the format 1.2 ops: plan.cpp refuses them when the session is made
+        return fail(FERRY_INVALID_STATE, "cuda: internal error: layers[%u] op %u reached the CUDA chain", li,
+                    static_cast<unsigned>(layer.op));
     }
     if (st != FERRY_OK) return st;
   }
