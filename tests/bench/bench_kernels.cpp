@@ -34,10 +34,10 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #if defined(__x86_64__)
@@ -91,16 +91,10 @@ struct W3 {
   std::mt19937 rng{7};
   const KernelSet* set = kernels::best_simd_kernel_set(DType::kF32);
   Panel8 w_ih{rng, kI}, w_hh{rng, kH};
-  Floats bias_data{kCols, &rng, 0.1f}, x{kB * kI, &rng, 1.0f}, h{kB * kH, &rng, 0.5f};
+  Panel8 bias{rng, 1, kH, kG, 0.1f};
+  Floats x{kB * kI, &rng, 1.0f}, h{kB * kH, &rng, 0.5f};
   Floats gates{kB * kCols}, c{kB * kH, &rng, 0.5f}, h_new{kB * kH};
-  Weight bias;
-  W3() {
-    bias.data = bias_data.p;
-    bias.units = kH;
-    bias.gates = kG;
-    bias.layout = WeightLayout::kPanel8;
-  }
-  void input() { set->gemm({&w_ih.w, x.p, kI, &bias, nullptr, gates.p, kCols, kCols}, 0, kB, 0, kCols / 8); }
+  void input() { set->gemm({&w_ih.w, x.p, kI, &bias.w, nullptr, gates.p, kCols, kCols}, 0, kB, 0, kCols / 8); }
   void recurrent() { set->gemm({&w_hh.w, h.p, kH, nullptr, gates.p, gates.p, kCols, kCols}, 0, kB, 0, kCols / 8); }
   void update() {
     for (size_t b = 0; b < kB; ++b) {
@@ -142,9 +136,7 @@ struct SmallStep {
       const kernels::StepArgs a{&w_ih.w, x.p, nullptr, &bias.w, &w_hh.w, hp, gates == 3 ? &b_hn.w : nullptr,
                                 gates == 4 ? c.p : nullptr, hn, kSmall, 0};
       set->step[kind](a, 0, layout::panels_of(kSmall));
-      float* sw = hp;
-      hp = hn;
-      hn = sw;
+      std::swap(hp, hn);
     }
   }
 };
@@ -158,18 +150,12 @@ struct W2 {
   std::mt19937 rng{11};
   const KernelSet* set = kernels::best_simd_kernel_set(DType::kF32);
   Panel8 w_ih1{rng, kW2I}, w_hh1{rng, kH}, w_ih2{rng, kH}, w_hh2{rng, kH};
-  Floats bias_data{kCols, &rng, 0.1f}, x{kW2Chunk * kW2I, &rng, 1.0f}, y1{kW2Chunk * kH, &rng, 0.5f};
+  Panel8 bias{rng, 1, kH, kG, 0.1f};
+  Floats x{kW2Chunk * kW2I, &rng, 1.0f}, y1{kW2Chunk * kH, &rng, 0.5f};
   Floats pre{kW2Chunk * kCols}, h{kH, &rng, 0.5f}, c{kH, &rng, 0.5f}, h_new{kH};
-  Weight bias;
-  W2() {
-    bias.data = bias_data.p;
-    bias.units = kH;
-    bias.gates = kG;
-    bias.layout = WeightLayout::kPanel8;
-    proj1();
-  }
-  void proj1() { set->gemm({&w_ih1.w, x.p, kW2I, &bias, nullptr, pre.p, kCols, kCols}, 0, kW2Chunk, 0, kCols / 8); }
-  void proj2() { set->gemm({&w_ih2.w, y1.p, kH, &bias, nullptr, pre.p, kCols, kCols}, 0, kW2Chunk, 0, kCols / 8); }
+  W2() { proj1(); }
+  void proj1() { set->gemm({&w_ih1.w, x.p, kW2I, &bias.w, nullptr, pre.p, kCols, kCols}, 0, kW2Chunk, 0, kCols / 8); }
+  void proj2() { set->gemm({&w_ih2.w, y1.p, kH, &bias.w, nullptr, pre.p, kCols, kCols}, 0, kW2Chunk, 0, kCols / 8); }
   // The chunk's steps of one layer; h ping-pongs as the backend's state does.
   void steps(const Weight& w_hh) {
     float* hp = h.p;
@@ -178,9 +164,7 @@ struct W2 {
       const kernels::StepArgs a{nullptr, nullptr, pre.p + size_t{t} * kCols, nullptr, &w_hh, hp, nullptr,
                                 c.p,     hn,      kH,                        0};
       set->step[0](a, 0, layout::panels_of(kH));
-      float* sw = hp;
-      hp = hn;
-      hn = sw;
+      std::swap(hp, hn);
     }
   }
   // A plain read of both W_hh, as many times as the chunk's steps read them.
@@ -269,16 +253,17 @@ void small_step(benchmark::State& state, uint32_t G) {
 void BM_W1H16StepKernel(benchmark::State& state) { small_step(state, 4); }
 void BM_W4H16StepKernel(benchmark::State& state) { small_step(state, 3); }
 
-// Seconds of one W2::read() (median of 9): the W_hh reads of one chunk of
-// both layers at the speed of a plain read, measured once.
+// Seconds of one W2::read() (median of 9, thread CPU time: the clock
+// Google Benchmark's rate counters divide by): the W_hh reads of one chunk
+// of both layers at the speed of a plain read, measured once.
 double w2_read_seconds() {
   static const double seconds = [] {
     static volatile float sink;
     std::vector<double> t;
     for (int r = 0; r < 9; ++r) {
-      const auto t0 = std::chrono::steady_clock::now();
+      const double t0 = ferry_bench::thread_cpu_seconds();
       sink = w2().read();
-      t.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      t.push_back(ferry_bench::thread_cpu_seconds() - t0);
     }
     std::sort(t.begin(), t.end());
     return t[t.size() / 2];

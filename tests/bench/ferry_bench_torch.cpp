@@ -76,11 +76,7 @@ double now_us() {
 // CPU time of this thread: what the timings report. On an idle machine it
 // equals the wall clock; on a shared one it leaves out the time other
 // processes held the core (the wall clock is printed beside it).
-double cpu_us() {
-  timespec t;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return static_cast<double>(t.tv_sec) * 1e6 + static_cast<double>(t.tv_nsec) / 1e3;
-}
+double cpu_us() { return ferry_bench::thread_cpu_seconds() * 1e6; }
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());

@@ -47,6 +47,14 @@ __attribute__((target("avx512f"), noinline)) inline float fma_loop_avx512(long i
 }
 #endif
 
+// Seconds of CPU time this thread has used (what the benchmarks time with:
+// time another process held the core is left out).
+inline double thread_cpu_seconds() {
+  timespec t;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
+}
+
 // Multiply-adds per second of one core at its FMA peak (median of 15
 // rounds, thread CPU time); 0 where the CPU lacks the ISA or is not x86.
 inline double fma_peak(bool avx512) {
@@ -55,18 +63,13 @@ inline double fma_peak(bool avx512) {
   if (avx512 ? !__builtin_cpu_supports("avx512f") : !(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))) {
     return 0;
   }
-  auto cpu_s = [] {
-    timespec t;
-    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-    return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
-  };
   const long iters = 4000000;
   static volatile float sink;
   std::vector<double> rates;
   for (int r = 0; r < 15; ++r) {
-    const double t0 = cpu_s();
+    const double t0 = thread_cpu_seconds();
     sink = avx512 ? fma_loop_avx512(iters) : fma_loop_avx2(iters);
-    rates.push_back(iters * 12.0 * (avx512 ? 16 : 8) / (cpu_s() - t0));
+    rates.push_back(iters * 12.0 * (avx512 ? 16 : 8) / (thread_cpu_seconds() - t0));
   }
   std::sort(rates.begin(), rates.end());
   return rates[rates.size() / 2];
