@@ -303,6 +303,10 @@ std::vector<Shape> generated_shapes() {
       {L::GRU, 5, 11, 0, 1, false, false, true, "", 0, 1, 5, false},
       {L::RNN_TANH, 16, 21, 0, 1, false, true, false, "", 0, 1, 4, false},
       {L::RNN_RELU, 3, 8, 0, 1, false, true, false, "", 0, 1, 3, false},
+      // One sample, weights above kAlternateMinBytes: the fused steps run their
+      // panels last to first on odd steps (25 panels: the GRU's groups of 3
+      // leave a group of 1).
+      {L::GRU, 8, 200, 0, 1, false, true, false, "last>fc", 2, 1, 6, false},
       {L::Linear, 10, 0, 0, 0, false, true, false, "fc>relu>fc>softmax", 6, 5, 1, false},
       {L::Linear, 35, 0, 0, 0, false, false, false, "fc", 17, 40, 1, false},
       {L::Linear, 8, 0, 0, 0, false, true, false, "fc>tanh", 9, 1, 1, false},
@@ -396,10 +400,14 @@ TEST_P(BackendTest, ResultsDoNotDependOnThreadCount) {
   ferry_threadpool_destroy(probe);
   // Few calls each: a pool's workers spin between calls, which a loaded
   // 2-core CI machine pays for dearly. Each shape is large enough to be split.
+  // On one thread the batch-1 shapes (weights above 256 KiB) run their fused
+  // steps in alternating panel order, which two and three threads do not:
+  // the comparison covers the order too.
   const std::vector<Shape> shapes = {
       {LayerOp::LSTM, 40, 192, 0, 1, false, true, false, "", 0, 1, 3, false},
       {LayerOp::LSTM, 40, 128, 32, 2, true, true, true, "last>fc", 9, 16, 3, true},
       {LayerOp::GRU, 30, 96, 0, 1, false, true, false, "fc", 20, 8, 3, false},
+      {LayerOp::GRU, 30, 200, 0, 1, false, true, false, "", 0, 1, 4, false},  // one thread: alternating order
       {LayerOp::RNN_TANH, 64, 400, 0, 1, false, true, false, "", 0, 1, 3, false},
       {LayerOp::Linear, 300, 0, 0, 0, false, true, false, "fc>relu>fc", 200, 64, 1, false},
   };

@@ -48,6 +48,14 @@ constexpr size_t kXnnpackMinRows = 32;
 // for the GEMM (and XNNPACK) to run at full speed; W_ih is re-read once per
 // chunk.
 constexpr size_t kChunkRows = 64;
+// A one-sample step whose weights are at least this large runs its panels
+// in alternating order, first to last on one step and last to first on the
+// next (recurrent.cpp, step_all_panels). Weights larger than a core's L2
+// are otherwise streamed whole from L3 at every step (a forward scan
+// evicts the lines it is about to need); turned around, the scan starts on
+// the panels the previous step read last, which are still in L2. Below this
+// size they stay in L2 either way, and one kernel call per step is cheaper.
+constexpr uint64_t kAlternateMinBytes = 256 * 1024;
 // Output rows (steps x batch) a Conv1d computes per GEMM call: its patches
 // (im2col rows) are gathered this many at a time.
 constexpr size_t kConvRows = 64;
@@ -95,6 +103,8 @@ struct LoneStep {
   size_t tile, work;            // for a thread pool
   float* h;                     // its hidden state (row 0)
   kernels::StepArgs args;       // x and h_new are set per call
+  bool alternate;               // weights of at least kAlternateMinBytes (step_all_panels)
+  bool reverse;                 // the next call's panel order, when alternating
 };
 
 struct StepProgram;  // below
@@ -194,6 +204,26 @@ void prepare_lone_steps(ferry_session* s, const KernelChoice& choice);
 // reads x [in], writes y [h_out] and the cell's state (recurrent.cpp).
 void lone_cell_step(ferry_session* s, const Layer& layer, uint32_t cell_index, const float* x, float* y);
 
+// All panels of a one-sample fused step on the calling thread. With
+// `reverse`, the panels run last to first in groups of the kernel's own
+// width (the group that holds panel 0 may be shorter). Each panel's chain,
+// update and outputs are its own, so the order changes no bit; it only
+// decides which weights are still in cache (kAlternateMinBytes).
+inline void step_all_panels(const kernels::KernelSet* k, int kind, const kernels::StepArgs& a, uint32_t panels,
+                            bool reverse) {
+  if (!reverse) {
+    k->step[kind](a, 0, panels);
+    return;
+  }
+  const uint32_t group = k->step_group[kind];
+  uint32_t p1 = panels;
+  while (p1 > 0) {
+    const uint32_t p0 = p1 > group ? p1 - group : 0;
+    k->step[kind](a, p0, p1);
+    p1 = p0;
+  }
+}
+
 // The step program (step_program.cpp): ferry_step of one sample as a list
 // of ops laid out at init, from the caller's input to the caller's output,
 // with the kernels (and so the bits) of the general path.
@@ -223,7 +253,8 @@ void run_step_program(ferry_session* s, const float* input, float* output);
 inline void run_direct_step(LoneStep* d, const float* input, float* output) {
   d->args.x = input;
   d->args.h_new = output;
-  d->k->step[d->kind](d->args, 0, d->panels);
+  step_all_panels(d->k, d->kind, d->args, d->panels, d->reverse);
+  d->reverse = d->alternate && !d->reverse;
   copy_floats(d->h, output, d->args.hidden);
 }
 

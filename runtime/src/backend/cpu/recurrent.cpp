@@ -92,6 +92,11 @@ void step_panels(void* ctx, size_t begin, size_t end) {
   t->k->step[t->kind](t->args, static_cast<uint32_t>(begin), static_cast<uint32_t>(end));
 }
 
+// Whether a one-sample step over these weights alternates its panel order.
+bool alternates(const Weight& w_hh, const Weight* w_ih) {
+  return w_hh.bytes() + (w_ih ? w_ih->bytes() : 0) >= kAlternateMinBytes;
+}
+
 // Batched step: per panel range, the recurrent gemm of every row and the
 // updates of the active rows.
 struct BatchTask {
@@ -212,7 +217,11 @@ void panel_step(const CellRun& r, size_t t, size_t t_lo, bool fuse_input, bool f
                                 layer.op == Op::kRnnRelu};
     if (k->quantize_rows) quantize_step_inputs(s, k, cell, layer, &st.args);
     if (cpu->threads == 1) {
-      step_panels(&st, 0, panels);  // the streaming fast path: no pool, no indirection
+      // The streaming fast path: no pool, no indirection. Large weights
+      // alternate their panel order from one time step to the next (t's
+      // parity; any sequence of steps alternates).
+      const bool reverse = (t & 1) && alternates(cell.w_hh, st.args.w_ih);
+      step_all_panels(k, r.kind, st.args, panels, reverse);
     } else {
       const size_t work = macs_per_row + (fuse_input ? size_t{cols} * cell.in : 0);
       parallel_ranges(cpu->threadpool, panels, tile, work, step_panels, &st);
@@ -303,7 +312,8 @@ void lone_cell_step(ferry_session* s, const Layer& layer, uint32_t cell_index, c
   ls.args.h_new = cell.w_hr ? cpu->h_new : y;
   if (ls.k->quantize_rows) quantize_step_inputs(s, ls.k, cell, layer, &ls.args);
   if (cpu->threads == 1) {
-    ls.k->step[ls.kind](ls.args, 0, ls.panels);
+    step_all_panels(ls.k, ls.kind, ls.args, ls.panels, ls.reverse);
+    ls.reverse = ls.alternate && !ls.reverse;
   } else {
     StepTask st{ls.k, ls.kind, ls.args};
     parallel_ranges(cpu->threadpool, ls.panels, ls.tile, ls.work, step_panels, &st);
@@ -342,6 +352,8 @@ void prepare_lone_steps(ferry_session* s, const KernelChoice& choice) {
       ls.tile = cpu->threads > 1 ? panel_tile(cpu->threads, n_panels, k->step_group[kind]) : n_panels;
       ls.work = size_t{cols} * layer.h_out + size_t{cols} * cell.in;
       ls.h = state_h(s, layer, c, 0);
+      ls.alternate = alternates(cell.w_hh, &cell.w_ih);
+      ls.reverse = false;
       ls.args = kernels::StepArgs{&cell.w_ih,
                                   nullptr,
                                   nullptr,
