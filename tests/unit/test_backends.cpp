@@ -400,7 +400,7 @@ TEST_P(BackendTest, ResultsDoNotDependOnThreadCount) {
   ferry_threadpool_destroy(probe);
   // Few calls each: a pool's workers spin between calls, which a loaded
   // 2-core CI machine pays for dearly. Each shape is large enough to be split.
-  // On one thread the batch-1 shapes (weights above 256 KiB) run their fused
+  // On one thread the batch-1 shapes (weights above 64 KiB) run their fused
   // steps in alternating panel order, which two and three threads do not:
   // the comparison covers the order too.
   const std::vector<Shape> shapes = {

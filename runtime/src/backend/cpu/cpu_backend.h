@@ -50,12 +50,14 @@ constexpr size_t kXnnpackMinRows = 32;
 constexpr size_t kChunkRows = 64;
 // A one-sample step whose weights are at least this large runs its panels
 // in alternating order, first to last on one step and last to first on the
-// next (recurrent.cpp, step_all_panels). Weights larger than a core's L2
-// are otherwise streamed whole from L3 at every step (a forward scan
-// evicts the lines it is about to need); turned around, the scan starts on
-// the panels the previous step read last, which are still in L2. Below this
-// size they stay in L2 either way, and one kernel call per step is cheaper.
-constexpr uint64_t kAlternateMinBytes = 256 * 1024;
+// next (step_all_panels). Weights larger than a cache level are otherwise
+// streamed whole from the next level at every step (a forward scan evicts
+// the lines it is about to need); turned around, the scan starts on the
+// panels the previous step read last, which are still in that cache. At
+// 64 KiB they exceed a core's L1 (GRU H 64: 96 KiB); the weights of W2's
+// layers (1 MiB) exceed a 1 MiB L2. Below this size one kernel call per
+// step is cheaper.
+constexpr uint64_t kAlternateMinBytes = 64 * 1024;
 // Output rows (steps x batch) a Conv1d computes per GEMM call: its patches
 // (im2col rows) are gathered this many at a time.
 constexpr size_t kConvRows = 64;
