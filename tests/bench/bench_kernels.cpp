@@ -110,32 +110,38 @@ W3& w3() {
   return w;
 }
 
-// W1 / W4 at H = 16 (I = 16, one sample): the fused step kernel alone, as
-// ferry_step runs it for a lone LSTM or GRU (input part, recurrent part and
-// update in one call), h of each step feeding the next. What `ferry bench
-// --stream` or the peer harness measure beyond this is the C API around it.
-constexpr uint32_t kSmall = 16;
-
+// W1 / W4 at H = 16 and 64 (I = H, one sample): the fused step kernel
+// alone, as ferry_step runs it for a lone LSTM or GRU (input part,
+// recurrent part and update in one call), h of each step feeding the next.
+// What `ferry bench --stream` or the peer harness measure beyond this is the
+// C API around it (and, from 64 KiB of weights, the alternating panel order
+// of backend/cpu: this loop always runs forward).
 struct SmallStep {
   std::mt19937 rng{13};
-  const KernelSet* set = kernels::best_simd_kernel_set(DType::kF32);
-  uint32_t gates;
+  const KernelSet* set;
+  uint32_t gates, n;
   Panel8 w_ih, w_hh, bias, b_hn;
-  Floats x{kSmall, &rng, 1.0f}, h{kSmall, &rng, 0.5f}, c{kSmall, &rng, 0.5f}, h_new{kSmall};
-  explicit SmallStep(uint32_t G)
-      : gates(G),
-        w_ih(rng, kSmall, kSmall, G, 0.25f),
-        w_hh(rng, kSmall, kSmall, G, 0.25f),
-        bias(rng, 1, kSmall, G, 0.1f),
-        b_hn(rng, 1, kSmall, 1, 0.1f) {}
+  Floats x, h, c, h_new;
+  SmallStep(uint32_t G, uint32_t H, const KernelSet* kernel_set)
+      : set(kernel_set),
+        gates(G),
+        n(H),
+        w_ih(rng, H, H, G, 0.25f),
+        w_hh(rng, H, H, G, 0.25f),
+        bias(rng, 1, H, G, 0.1f),
+        b_hn(rng, 1, H, 1, 0.1f),
+        x(H, &rng, 1.0f),
+        h(H, &rng, 0.5f),
+        c(H, &rng, 0.5f),
+        h_new(H) {}
   void run(size_t steps) {
     const int kind = gates == 4 ? 0 : 1;  // kernel_set.h: LSTM, GRU, RNN
     float* hp = h.p;
     float* hn = h_new.p;
     for (size_t t = 0; t < steps; ++t) {
       const kernels::StepArgs a{&w_ih.w, x.p, nullptr, &bias.w, &w_hh.w, hp, gates == 3 ? &b_hn.w : nullptr,
-                                gates == 4 ? c.p : nullptr, hn, kSmall, 0};
-      set->step[kind](a, 0, layout::panels_of(kSmall));
+                                gates == 4 ? c.p : nullptr, hn, n, 0};
+      set->step[kind](a, 0, layout::panels_of(n));
       std::swap(hp, hn);
     }
   }
@@ -240,18 +246,39 @@ void BM_W3Step(benchmark::State& state) {
 }
 
 // 1,000 dependent steps per iteration; the time is per step.
-void small_step(benchmark::State& state, uint32_t G) {
+void small_step(benchmark::State& state, uint32_t G, uint32_t H,
+                const KernelSet* set = kernels::best_simd_kernel_set(DType::kF32)) {
   flush_denormals();
-  SmallStep w(G);
-  if (!w.set) return;
+  if (!set) {
+    state.SkipWithError("no SIMD kernel set runs here");
+    return;
+  }
+  SmallStep w(G, H, set);
   for (auto _ : state) w.run(1000);
   state.counters["ns_per_step"] = benchmark::Counter(1000 * 1e-9, benchmark::Counter::kIsIterationInvariantRate |
                                                                        benchmark::Counter::kInvert);
   state.SetLabel(w.set->name);
 }
 
-void BM_W1H16StepKernel(benchmark::State& state) { small_step(state, 4); }
-void BM_W4H16StepKernel(benchmark::State& state) { small_step(state, 3); }
+void BM_W1H16StepKernel(benchmark::State& state) { small_step(state, 4, 16); }
+void BM_W4H16StepKernel(benchmark::State& state) { small_step(state, 3, 16); }
+void BM_W1H64StepKernel(benchmark::State& state) { small_step(state, 4, 64); }
+void BM_W4H64StepKernel(benchmark::State& state) { small_step(state, 3, 64); }
+
+// The LSTM step (I = H) of every SIMD set that runs here: range(0) picks
+// the set (0 = the narrowest ISA), range(1) is H. Where AVX-512 runs, this
+// is what decides below which H its set takes the AVX2 step (avx512.cpp:
+// lstm_step_1x32); run it with --benchmark_enable_random_interleaving=true.
+void BM_LstmStepPerSet(benchmark::State& state) {
+  const KernelSet* sets[8];
+  const size_t n = kernels::runnable_simd_kernel_sets(DType::kF32, sets, 8);
+  const size_t i = static_cast<size_t>(state.range(0));
+  if (i >= n) {
+    state.SkipWithError("fewer SIMD kernel sets run here");
+    return;
+  }
+  small_step(state, 4, static_cast<uint32_t>(state.range(1)), sets[i]);
+}
 
 // Seconds of one W2::read() (median of 9, thread CPU time: the clock
 // Google Benchmark's rate counters divide by): the W_hh reads of one chunk
@@ -338,6 +365,12 @@ BENCHMARK(BM_W3LstmUpdate)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_W3Step)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_W1H16StepKernel)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_W4H16StepKernel)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_W1H64StepKernel)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_W4H64StepKernel)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_LstmStepPerSet)
+    ->ArgsProduct({{0, 1}, {32, 64, 96, 128, 256}})
+    ->ArgNames({"set", "H"})
+    ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_W2Read)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_W2Steps)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_W2Proj1)->Unit(benchmark::kMicrosecond);

@@ -192,8 +192,18 @@ void lstm_step_panels_x4(const StepArgs& s, uint32_t p) {
   }
 }
 
-// Four panels at a time (8 chains); the rest on the AVX2 code.
+// Four panels at a time (8 chains); the rest on the AVX2 code. Below 16
+// panels (H < 128) the whole step is the AVX2 code's, 2 panels and 2 k per
+// pass: on Zen 4 (which runs a zmm FMA as two ymm halves) it is the faster
+// one there. ferry_bench_kernels --benchmark_filter=LstmStepPerSet
+// --benchmark_enable_random_interleaving=true, medians of 8, AVX2 against
+// this loop: H 32 274 / 311 ns, H 64 1,342 / 1,465, H 96 2,913 / 3,044;
+// H 128 5,383 / 5,401; H 256 24.6 / 23.9 us. The bits are the same.
 void lstm_step_1x32(const StepArgs& s, uint32_t p0, uint32_t p1) {
+  if (layout::panels_of(s.hidden) < 16) {
+    avx2::lstm_step(s, p0, p1);
+    return;
+  }
   uint32_t p = p0;
   for (; p + 4 <= p1; p += 4) lstm_step_panels_x4<4>(s, p);
   if (p < p1) avx2::lstm_step(s, p, p1);
