@@ -226,6 +226,14 @@ inline void step_all_panels(const kernels::KernelSet* k, int kind, const kernels
   }
 }
 
+// A lone step's fused kernel over all its panels on the calling thread
+// (its x and h_new set), in this call's order; the next call takes the
+// other order when the cell alternates.
+inline void lone_panels(LoneStep* ls) {
+  step_all_panels(ls->k, ls->kind, ls->args, ls->panels, ls->reverse);
+  ls->reverse = ls->alternate && !ls->reverse;
+}
+
 // The step program (step_program.cpp): ferry_step of one sample as a list
 // of ops laid out at init, from the caller's input to the caller's output,
 // with the kernels (and so the bits) of the general path.
@@ -255,8 +263,7 @@ void run_step_program(ferry_session* s, const float* input, float* output);
 inline void run_direct_step(LoneStep* d, const float* input, float* output) {
   d->args.x = input;
   d->args.h_new = output;
-  step_all_panels(d->k, d->kind, d->args, d->panels, d->reverse);
-  d->reverse = d->alternate && !d->reverse;
+  lone_panels(d);
   copy_floats(d->h, output, d->args.hidden);
 }
 

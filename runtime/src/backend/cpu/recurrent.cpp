@@ -312,8 +312,7 @@ void lone_cell_step(ferry_session* s, const Layer& layer, uint32_t cell_index, c
   ls.args.h_new = cell.w_hr ? cpu->h_new : y;
   if (ls.k->quantize_rows) quantize_step_inputs(s, ls.k, cell, layer, &ls.args);
   if (cpu->threads == 1) {
-    step_all_panels(ls.k, ls.kind, ls.args, ls.panels, ls.reverse);
-    ls.reverse = ls.alternate && !ls.reverse;
+    lone_panels(&ls);
   } else {
     StepTask st{ls.k, ls.kind, ls.args};
     parallel_ranges(cpu->threadpool, ls.panels, ls.tile, ls.work, step_panels, &st);
