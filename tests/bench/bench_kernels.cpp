@@ -96,6 +96,13 @@ struct W3 {
   Floats gates{kB * kCols}, c{kB * kH, &rng, 0.5f}, h_new{kB * kH};
   void input() { set->gemm({&w_ih.w, x.p, kI, &bias.w, nullptr, gates.p, kCols, kCols}, 0, kB, 0, kCols / 8); }
   void recurrent() { set->gemm({&w_hh.w, h.p, kH, nullptr, gates.p, gates.p, kCols, kCols}, 0, kB, 0, kCols / 8); }
+  // The recurrent product and the update in one kernel, where the set has
+  // it (batch_step): the gate rows are read, not written.
+  void fused() {
+    const kernels::GemmArgs g{&w_hh.w, h.p, kH, nullptr, gates.p, gates.p, kCols, kCols};
+    const kernels::BatchStepArgs a{g, c.p, kH, h_new.p, kH, nullptr, 0, kH};
+    set->batch_step[0](a, 0, kB, 0, layout::panels_of(kH));
+  }
   void update() {
     for (size_t b = 0; b < kB; ++b) {
       const kernels::UpdateArgs u{gates.p + b * kCols, gates.p + b * kCols, c.p + b * kH, h.p + b * kH,
@@ -245,6 +252,22 @@ void BM_W3Step(benchmark::State& state) {
   report(state, double(kB) * kCols * (kI + kH));
 }
 
+// input + fused (the step as the backend runs it where the set has
+// batch_step): against BM_W3Step, what the fusion saves.
+void BM_W3FusedStep(benchmark::State& state) {
+  flush_denormals();
+  W3& w = w3();
+  if (!w.set->batch_step[0]) {
+    state.SkipWithError("this CPU's f32 set has no fused batched LSTM step");
+    return;
+  }
+  for (auto _ : state) {
+    w.input();
+    w.fused();
+  }
+  report(state, double(kB) * kCols * (kI + kH));
+}
+
 // 1,000 dependent steps per iteration; the time is per step.
 void small_step(benchmark::State& state, uint32_t G, uint32_t H,
                 const KernelSet* set = kernels::best_simd_kernel_set(DType::kF32)) {
@@ -363,6 +386,7 @@ BENCHMARK(BM_W3InputGemm)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_W3RecurrentGemm)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_W3LstmUpdate)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_W3Step)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_W3FusedStep)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_W1H16StepKernel)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_W4H16StepKernel)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_W1H64StepKernel)->Unit(benchmark::kMicrosecond);

@@ -21,7 +21,8 @@
 //               (the reference set; scratch: 2 gate rows + 1 hidden row).
 //   kPanels     the input part of a chunk of steps as one GEMM into
 //               panel-order gate rows, then per step the fused step[] kernel
-//               (one sample) or gemm + update[] (a batch), split over panels
+//               (one sample) or gemm + update[] (a batch; or the two fused,
+//               batch_step[], where the set has it), split over panels
 //               between threads (the SIMD sets).
 //
 // Numeric contract of the kPanels sets, shared by XNNPACK's f32 GEMMs: each
@@ -190,6 +191,23 @@ struct UpdateArgs {
   int relu;
 };
 
+// kPanels, a batch (B >= 2): one step of rows [m0, m1), fused. The gemm's
+// product (W_hh times the hidden rows, continuing the chain of the gate
+// rows in c_init) is kept in registers and the state update applied to it
+// before anything is stored: the gate rows are read, never written. Same
+// bits as gemm(c = c_init) followed by update[] on each active row. Rows
+// past their length (lengths[b] <= t) get no update and keep their state.
+struct BatchStepArgs {
+  GemmArgs gemm;         // w = W_hh, a / lda = h rows, c_init / ldc = gate rows (c unused)
+  float* c;              // LSTM: cell state row b at c + b * ldc_state, updated in place
+  size_t ldc_state;
+  float* h_new;          // row b at h_new + b * ldh_new
+  size_t ldh_new;
+  const int32_t* lengths;  // or null: every row is active
+  size_t t;
+  uint32_t hidden;
+};
+
 // kPerSample: one step of one sample. `h` [H_out] and `c` [H] are read and
 // updated in place; with a projection h is W_hr times the new hidden.
 struct SampleStepArgs {
@@ -256,6 +274,12 @@ struct KernelSet {
   // scales[r].
   void (*quantize_rows)(const float* x, size_t rows, size_t ldx, uint32_t k, int8_t* q, size_t ldq,
                         float* scales) = nullptr;
+
+  // kPanels, optional: the batched step fused (BatchStepArgs) over rows
+  // [m0, m1) and panels [p0, p1). Null where the set has none for the cell
+  // kind: the backend then runs gemm and update[].
+  void (*batch_step[kCellKinds])(const BatchStepArgs& args, size_t m0, size_t m1, uint32_t p0,
+                                 uint32_t p1) = {nullptr, nullptr, nullptr};
 };
 
 }  // namespace kernels

@@ -16,6 +16,7 @@
 //        B == 1: one fused kernel per panel group: P row (or, for a lone
 //                step, bias + W_ih x itself) + W_hh h, nonlinearities, state
 //        B >= 2: gemm P[t] += W_hh h for all rows, then the update per row
+//                (or both in one kernel, batch_step, where the set has it)
 //      then the LSTM projection, and the new h is committed to the state and
 //      the output.
 //   Every gate is one FMA chain, so chunking, fusing and threading never
@@ -142,6 +143,12 @@ void batch_panels(void* ctx, size_t begin, size_t end) {
   g.qa = bt->qh;
   g.ldqa = bt->ldqh;
   g.a_scales = bt->h_scales;
+  if (r.k->batch_step[r.kind]) {  // the set fuses product and update: the gate rows stay as they are
+    const kernels::BatchStepArgs a{g,          layer.op == Op::kLstm ? state_c(r.s, layer, r.ci, 0) : nullptr,
+                                   layer.hidden, bt->h_new, bt->ldh_new, r.lengths, bt->t, layer.hidden};
+    r.k->batch_step[r.kind](a, 0, r.B, p0, p1);
+    return;
+  }
   r.k->gemm(g, 0, r.B, p0 * G, p1 * G);
   for (size_t b = 0; b < r.B; ++b) {
     if (!active(r.lengths, b, bt->t)) continue;

@@ -2,7 +2,8 @@
 // definition for every ISA. The includer names the set
 // (FERRY_KERNEL_SET_NAME) and may replace the GEMM and the LSTM step with
 // wider ones (FERRY_SET_GEMM, FERRY_SET_LSTM_STEP and its panel group
-// FERRY_SET_LSTM_GROUP: avx512.cpp); every other entry is the entry point of
+// FERRY_SET_LSTM_GROUP: avx512.cpp), and may add a fused batched LSTM step
+// (FERRY_SET_LSTM_BATCH_STEP); every other entry is the entry point of
 // that name visible in the namespace (entry_points.inl). Softmax,
 // log-softmax, LayerNorm and GELU's erf form are the reference kernels on
 // every set (per row or libm-bound, rarely the cost of a model).
@@ -15,6 +16,9 @@
 #endif
 #ifndef FERRY_SET_LSTM_GROUP
 #define FERRY_SET_LSTM_GROUP 2
+#endif
+#ifndef FERRY_SET_LSTM_BATCH_STEP
+#define FERRY_SET_LSTM_BATCH_STEP nullptr
 #endif
 
 extern const KernelSet f32_kernel_set;
@@ -41,8 +45,12 @@ const KernelSet f32_kernel_set = {
     {FERRY_SET_LSTM_STEP, gru_step, rnn_step},
     {lstm_update, gru_update, rnn_update},
     {nullptr, nullptr, nullptr},
+    nullptr,  // activation_bytes, quantize_rows: float activations
+    nullptr,
+    {FERRY_SET_LSTM_BATCH_STEP, nullptr, nullptr},
 };
 
 #undef FERRY_SET_GEMM
 #undef FERRY_SET_LSTM_STEP
 #undef FERRY_SET_LSTM_GROUP
+#undef FERRY_SET_LSTM_BATCH_STEP
