@@ -307,6 +307,11 @@ std::vector<Shape> generated_shapes() {
       // panels last to first on odd steps (25 panels: the GRU's groups of 3
       // leave a group of 1).
       {L::GRU, 8, 200, 0, 1, false, true, false, "last>fc", 2, 1, 6, false},
+      // Batches whose chunks are one step (ferry_step of B 9; a run of B 70 >=
+      // kChunkRows): the whole step in batch_step where the set has one, with
+      // a row remainder, a projection, both directions and lengths.
+      {L::LSTM, 12, 20, 0, 1, false, true, false, "", 0, 9, 4, false},
+      {L::LSTM, 7, 19, 6, 2, true, true, true, "last>fc", 3, 70, 3, true},
       {L::Linear, 10, 0, 0, 0, false, true, false, "fc>relu>fc>softmax", 6, 5, 1, false},
       {L::Linear, 35, 0, 0, 0, false, false, false, "fc", 17, 40, 1, false},
       {L::Linear, 8, 0, 0, 0, false, true, false, "fc>tanh", 9, 1, 1, false},

@@ -191,16 +191,22 @@ struct UpdateArgs {
   int relu;
 };
 
-// kPanels, a batch (B >= 2): one step of rows [m0, m1), fused. The gemm's
-// product (W_hh times the hidden rows, continuing the chain of the gate
-// rows in c_init) is kept in registers and the state update applied to it
-// before anything is stored: the gate rows are read, never written. Same
-// bits as gemm(c = c_init) followed by update[] on each active row. Rows
-// past their length (lengths[b] <= t) get no update and keep their state.
+// kPanels, a batch (B >= 2): one whole step of rows [m0, m1) in one kernel.
+// Each gate is the chain bias (or 0), then W_ih x, then W_hh h, kept in
+// registers, and the state update is applied to it before anything is
+// stored: the same bits as the input gemm, the recurrent gemm continuing
+// it, then update[] on each active row. Rows past their length
+// (lengths[b] <= t) get no update and keep their state.
 struct BatchStepArgs {
-  GemmArgs gemm;         // w = W_hh, a / lda = h rows, c_init / ldc = gate rows (c unused)
-  float* c;              // LSTM: cell state row b at c + b * ldc_state, updated in place
-  size_t ldc_state;
+  const Weight* w_ih;    // [G*H, in]
+  const float* x;        // input row b at x + b * ldx
+  size_t ldx;
+  const Weight* bias;    // panel-order, or null
+  const Weight* w_hh;    // [G*H, h_in]
+  const float* h;        // hidden row b (before the step) at h + b * ldh
+  size_t ldh;
+  float* c;              // LSTM: cell state row b at c + b * ldc, updated in place
+  size_t ldc;
   float* h_new;          // row b at h_new + b * ldh_new
   size_t ldh_new;
   const int32_t* lengths;  // or null: every row is active
@@ -275,9 +281,9 @@ struct KernelSet {
   void (*quantize_rows)(const float* x, size_t rows, size_t ldx, uint32_t k, int8_t* q, size_t ldq,
                         float* scales) = nullptr;
 
-  // kPanels, optional: the batched step fused (BatchStepArgs) over rows
-  // [m0, m1) and panels [p0, p1). Null where the set has none for the cell
-  // kind: the backend then runs gemm and update[].
+  // kPanels, optional: a batched step in one kernel (BatchStepArgs) over
+  // rows [m0, m1) and panels [p0, p1). Null where the set has none for the
+  // cell kind: the backend then runs gemm and update[].
   void (*batch_step[kCellKinds])(const BatchStepArgs& args, size_t m0, size_t m1, uint32_t p0,
                                  uint32_t p1) = {nullptr, nullptr, nullptr};
 };

@@ -12,11 +12,15 @@
 // kPanels (the SIMD sets):
 //   1. input part of the gates for every (t, b) of the chunk at once,
 //        P[t][b] = bias + W_ih x[t][b]             (gemm or XNNPACK)
+//      (not for a chunk of one step of one sample, nor of a batch whose set
+//      has batch_step: their step kernels compute it, in the same chain)
 //   2. per step t:
 //        B == 1: one fused kernel per panel group: P row (or, for a lone
 //                step, bias + W_ih x itself) + W_hh h, nonlinearities, state
 //        B >= 2: gemm P[t] += W_hh h for all rows, then the update per row
-//                (or both in one kernel, batch_step, where the set has it)
+//                (a chunk of one step of >= kBatchStepMinRows rows, where
+//                the set has batch_step: the whole step, input part
+//                included, in that one kernel)
 //      then the LSTM projection, and the new h is committed to the state and
 //      the output.
 //   Every gate is one FMA chain, so chunking, fusing and threading never
@@ -109,6 +113,7 @@ struct BatchTask {
   size_t ldh;
   float* h_new;     // where the update writes the new hidden: B rows, `ldh_new` apart
   size_t ldh_new;
+  const float* x;   // the B input rows of step t when the set's batch_step runs the whole step, else null
   // i8 / i4 sets: the B rows of h quantized (null otherwise).
   const int8_t* qh;
   size_t ldqh;
@@ -143,9 +148,21 @@ void batch_panels(void* ctx, size_t begin, size_t end) {
   g.qa = bt->qh;
   g.ldqa = bt->ldqh;
   g.a_scales = bt->h_scales;
-  if (r.k->batch_step[r.kind]) {  // the set fuses product and update: the gate rows stay as they are
-    const kernels::BatchStepArgs a{g,          layer.op == Op::kLstm ? state_c(r.s, layer, r.ci, 0) : nullptr,
-                                   layer.hidden, bt->h_new, bt->ldh_new, r.lengths, bt->t, layer.hidden};
+  if (bt->x) {  // the whole step in the set's batch_step
+    const kernels::BatchStepArgs a{&cell.w_ih,
+                                   bt->x,
+                                   r.in_w,
+                                   cell.bias ? &cell.bias : nullptr,
+                                   &cell.w_hh,
+                                   bt->h,
+                                   bt->ldh,
+                                   layer.op == Op::kLstm ? state_c(r.s, layer, r.ci, 0) : nullptr,
+                                   layer.hidden,
+                                   bt->h_new,
+                                   bt->ldh_new,
+                                   r.lengths,
+                                   bt->t,
+                                   layer.hidden};
     r.k->batch_step[r.kind](a, 0, r.B, p0, p1);
     return;
   }
@@ -256,6 +273,7 @@ void panel_step(const CellRun& r, size_t t, size_t t_lo, bool fuse_input, bool f
                  ldh,
                  direct ? r.out + t * B * layer.out + r.d * layer.h_out : cpu->h_new,
                  direct ? layer.out : layer.hidden,
+                 fuse_input ? r.in + t * B * r.in_w : nullptr,
                  nullptr,
                  0,
                  nullptr};
@@ -263,7 +281,8 @@ void panel_step(const CellRun& r, size_t t, size_t t_lo, bool fuse_input, bool f
       quantize_activations(s, k, h_old, B, ldh, layer.h_out, 0, &bt.qh, &bt.h_scales);
       bt.ldqh = cpu->q_ld;
     }
-    parallel_ranges(cpu->threadpool, panels, tile, B * macs_per_row, batch_panels, &bt);
+    const size_t work = B * (macs_per_row + (fuse_input ? size_t{cols} * cell.in : 0));
+    parallel_ranges(cpu->threadpool, panels, tile, work, batch_panels, &bt);
     if (direct) {
       if (last) {  // the last step: the state takes the final h
         for (size_t b = 0; b < B; ++b) {
@@ -398,9 +417,14 @@ float* run_recurrent(ferry_session* s, uint32_t layer_index, float* in, float* o
       for (size_t done = 0; done < T; done += chunk) {
         const size_t n = T - done < chunk ? T - done : chunk;
         const size_t t_lo = d == 0 ? done : T - done - n;  // the chunk is times [t_lo, t_lo + n)
-        // A lone step of one sample fuses its input part into the step kernel
-        // (same chain) unless XNNPACK is to compute it.
-        const bool fuse_input = B == 1 && n == 1 && !(cpu->xnn_cell[cell_index] && cpu->xnn_always);
+        // A chunk of one step (a lone step of one sample; a batch of
+        // kChunkRows rows or more, or one step of a batch) has no input
+        // projection to share between steps: its step kernel computes the
+        // input part itself, in the same chain (for a batch of at least
+        // kBatchStepMinRows, where the set has batch_step), unless the
+        // xnnpack backend is to compute it.
+        const bool fuse_input = panels && n == 1 && (B == 1 || (B >= kBatchStepMinRows && k->batch_step[kind])) &&
+                                !(cpu->xnn_cell[cell_index] && cpu->xnn_always);
         if (panels && !fuse_input) input_projection(s, k, cell_index, layer, in + t_lo * B * in_w, n * B, cpu->gates);
         for (size_t i = 0; i < n; ++i) {
           const size_t t = d == 0 ? t_lo + i : t_lo + n - 1 - i;

@@ -14,10 +14,10 @@
 // the FMA chain of kernels/kernel_set.h (init, then k ascending), and the
 // nonlinearities are the AVX2 code on the 256-bit halves, so every result is
 // bit for bit the AVX2 set's. The set is f32_avx2's table with those two
-// entries (and the LSTM step group) replaced, plus the batched LSTM step
-// fused (batch_step: the GEMM's tile and the update in one kernel; W3's
-// step, ferry_bench_kernels BM_W3FusedStep against BM_W3Step, random
-// interleaving, medians of 8: 410 / 414 and 411 / 413 us, about 1%).
+// entries (and the LSTM step group) replaced, plus a batched LSTM step in
+// one kernel (batch_step: the GEMM's tile over W_ih x and W_hh h, then the
+// update on its registers), which the backend runs for a chunk of one step
+// (B >= 64, W3).
 #include "kernels/simd/isa.h"
 #include "kernels/reference/reference.h"
 
@@ -157,27 +157,18 @@ FERRY_VEC_INLINE Vec hi(__m512 v) {
   return {_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))};
 }
 
-// The batched LSTM step, fused: MR rows x NP panels (2 zmm each: i,f | g,o),
-// the tile of gemm_panel8_8x32 with its accumulators started from the gate
-// rows (c_init), and the update (lstm_finish, the AVX2 code on the halves)
-// applied to them instead of a store; the gate rows are never written.
-template <int MR, int NP>
-void lstm_batch_tile(const BatchStepArgs& s, size_t m0, uint32_t p) {
-  constexpr int NZ = 2 * NP;
-  const GemmArgs& g = s.gemm;
-  const size_t kk = g.w->cols, ldw = layout::panel8_column_stride(4);
+// acc[m][z] += row m of `rows` times zmm z of panels p.. of the weight, k
+// ascending (the inner loop of gemm_panel8_8x32's tile).
+template <int MR, int NZ>
+FERRY_VEC_INLINE void accumulate_rows(__m512 (&acc)[MR][NZ], const Weight& weight, const float* rows, size_t ld,
+                                      size_t m0, uint32_t p) {
+  const size_t kk = weight.cols, ldw = layout::panel8_column_stride(4);
   const float* wz[NZ];
 #pragma GCC unroll 8
-  for (int z = 0; z < NZ; ++z) wz[z] = g.w->f32() + layout::panel8_vector_index(4, kk, 4 * p + 2 * static_cast<uint32_t>(z));
+  for (int z = 0; z < NZ; ++z) wz[z] = weight.f32() + layout::panel8_vector_index(4, kk, 4 * p + 2 * static_cast<uint32_t>(z));
   const float* a[MR];
 #pragma GCC unroll 8
-  for (int m = 0; m < MR; ++m) a[m] = g.a + (m0 + m) * g.lda;
-  __m512 acc[MR][NZ];
-#pragma GCC unroll 8
-  for (int m = 0; m < MR; ++m) {
-#pragma GCC unroll 8
-    for (int z = 0; z < NZ; ++z) acc[m][z] = _mm512_loadu_ps(g.c_init + (m0 + m) * g.ldc + size_t{p} * 32 + 16 * z);
-  }
+  for (int m = 0; m < MR; ++m) a[m] = rows + (m0 + m) * ld;
   for (size_t k = 0; k < kk; ++k) {
     __m512 w[NZ];
 #pragma GCC unroll 8
@@ -192,6 +183,25 @@ void lstm_batch_tile(const BatchStepArgs& s, size_t m0, uint32_t p) {
       for (int z = 0; z < NZ; ++z) acc[m][z] = _mm512_fmadd_ps(x, w[z], acc[m][z]);
     }
   }
+}
+
+// The batched LSTM step in one kernel: MR rows x NP panels (2 zmm each:
+// i,f | g,o), the tile of gemm_panel8_8x32 started from the bias, W_ih x
+// then W_hh h accumulated (one chain), and the update (lstm_finish, the AVX2
+// code on the halves) applied to the registers instead of a store.
+template <int MR, int NP>
+void lstm_batch_tile(const BatchStepArgs& s, size_t m0, uint32_t p) {
+  constexpr int NZ = 2 * NP;
+  __m512 acc[MR][NZ];
+#pragma GCC unroll 8
+  for (int m = 0; m < MR; ++m) {
+#pragma GCC unroll 8
+    for (int z = 0; z < NZ; ++z) {
+      acc[m][z] = s.bias ? _mm512_loadu_ps(s.bias->f32() + size_t{p} * 32 + 16 * z) : _mm512_setzero_ps();
+    }
+  }
+  accumulate_rows<MR, NZ>(acc, *s.w_ih, s.x, s.ldx, m0, p);
+  accumulate_rows<MR, NZ>(acc, *s.w_hh, s.h, s.ldh, m0, p);
 #pragma GCC unroll 8
   for (int m = 0; m < MR; ++m) {
     const size_t b = m0 + m;
@@ -199,7 +209,7 @@ void lstm_batch_tile(const BatchStepArgs& s, size_t m0, uint32_t p) {
 #pragma GCC unroll 4
     for (int i = 0; i < NP; ++i) {
       lstm_finish(lo(acc[m][2 * i]), hi(acc[m][2 * i]), lo(acc[m][2 * i + 1]), hi(acc[m][2 * i + 1]),
-                  s.c + b * s.ldc_state, s.h_new + b * s.ldh_new, p + i, s.hidden);
+                  s.c + b * s.ldc, s.h_new + b * s.ldh_new, p + i, s.hidden);
     }
   }
 }
