@@ -106,14 +106,16 @@ FERRY_VEC_INLINE Vec vrelu(Vec x) { return vmax(vzero(), x); }
 //   GRU   n = tanh(n_x + r*n_h),  h' = (1-z)*n + z*h = n + z*(h - n)
 //   RNN   h' = tanh(a) or relu(a)
 
-// LSTM state update of N panels p .. p+N-1 (a[n] = the i, f, g, o
-// pre-activations of panel p+n), stage by stage: the 4N gate activations,
-// then the N cell states, then the N tanh(c'). Each lane's operations do not
-// depend on N; the stages only give the core N independent chains at a time
-// where one panel alone leaves it waiting on the sigmoid's ~30-cycle
-// dependent chain.
+// LSTM state update of N panel vectors (a[n] = their i, f, g, o
+// pre-activations; vector n's cell state at c[n], its new hidden to h[n],
+// lanes[n] of them valid), stage by stage: the 4N gate activations, then the
+// N cell states, then the N tanh(c'). Each lane's operations do not depend
+// on N; the stages only give the core N independent chains at a time where
+// one vector alone leaves it waiting on the sigmoid's ~30-cycle dependent
+// chain.
 template <int N>
-FERRY_VEC_INLINE void lstm_finish_panels(const Vec (&a)[N][4], float* c, float* h_new, uint32_t p, uint32_t hidden) {
+FERRY_VEC_INLINE void lstm_finish_n(const Vec (&a)[N][4], float* const (&c)[N], float* const (&h)[N],
+                                    const uint32_t (&lanes)[N]) {
   Vec i[N], f[N], g[N], o[N], c1[N];
 #pragma GCC unroll 8
   for (int n = 0; n < N; ++n) {
@@ -124,12 +126,26 @@ FERRY_VEC_INLINE void lstm_finish_panels(const Vec (&a)[N][4], float* c, float* 
   }
 #pragma GCC unroll 8
   for (int n = 0; n < N; ++n) {
-    const uint32_t lanes = panel_lanes(p + n, hidden);
-    c1[n] = vfma(f[n], vload_lanes(c + (p + n) * 8, lanes), vmul(i[n], g[n]));
-    vstore_lanes(c + (p + n) * 8, c1[n], lanes);
+    c1[n] = vfma(f[n], vload_lanes(c[n], lanes[n]), vmul(i[n], g[n]));
+    vstore_lanes(c[n], c1[n], lanes[n]);
   }
 #pragma GCC unroll 8
-  for (int n = 0; n < N; ++n) vstore_lanes(h_new + (p + n) * 8, vmul(o[n], vtanh(c1[n])), panel_lanes(p + n, hidden));
+  for (int n = 0; n < N; ++n) vstore_lanes(h[n], vmul(o[n], vtanh(c1[n])), lanes[n]);
+}
+
+// The same for N consecutive panels p .. p+N-1 of one sample.
+template <int N>
+FERRY_VEC_INLINE void lstm_finish_panels(const Vec (&a)[N][4], float* c, float* h_new, uint32_t p, uint32_t hidden) {
+  float* cn[N];
+  float* hn[N];
+  uint32_t lanes[N];
+#pragma GCC unroll 8
+  for (int n = 0; n < N; ++n) {
+    cn[n] = c + (p + n) * 8;
+    hn[n] = h_new + (p + n) * 8;
+    lanes[n] = panel_lanes(p + n, hidden);
+  }
+  lstm_finish_n<N>(a, cn, hn, lanes);
 }
 
 FERRY_VEC_INLINE void lstm_finish(Vec gi, Vec gf, Vec gg, Vec go, float* c, float* h_new, uint32_t p,
