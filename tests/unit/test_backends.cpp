@@ -312,6 +312,7 @@ std::vector<Shape> generated_shapes() {
       // a row remainder, a projection, both directions and lengths.
       {L::LSTM, 12, 20, 0, 1, false, true, false, "", 0, 9, 4, false},
       {L::LSTM, 7, 19, 6, 2, true, true, true, "last>fc", 3, 70, 3, true},
+      {L::LSTM, 9, 16, 0, 1, true, true, false, "", 0, 66, 3, false},  // direct: h straight to the output rows
       {L::Linear, 10, 0, 0, 0, false, true, false, "fc>relu>fc>softmax", 6, 5, 1, false},
       {L::Linear, 35, 0, 0, 0, false, false, false, "fc", 17, 40, 1, false},
       {L::Linear, 8, 0, 0, 0, false, true, false, "fc>tanh", 9, 1, 1, false},
