@@ -127,6 +127,24 @@ void batch_panels(void* ctx, size_t begin, size_t end) {
   const Cell& cell = *r.cell;
   const uint32_t G = layer.gates, cols = r.cols;
   const uint32_t p0 = static_cast<uint32_t>(begin), p1 = static_cast<uint32_t>(end);
+  if (bt->x) {  // the whole step in the set's batch_step
+    const kernels::BatchStepArgs a{&cell.w_ih,
+                                   bt->x,
+                                   r.in_w,
+                                   cell.bias ? &cell.bias : nullptr,
+                                   &cell.w_hh,
+                                   bt->h,
+                                   bt->ldh,
+                                   layer.op == Op::kLstm ? state_c(r.s, layer, r.ci, 0) : nullptr,
+                                   layer.hidden,
+                                   bt->h_new,
+                                   bt->ldh_new,
+                                   r.lengths,
+                                   bt->t,
+                                   layer.hidden};
+    r.k->batch_step[r.kind](a, 0, r.B, p0, p1);
+    return;
+  }
   if (layer.op == Op::kGru) {
     // The recurrent accumulators: r, z continue the input chains; n starts
     // from b_hn (r multiplies it, so it cannot join the input part).
@@ -148,24 +166,6 @@ void batch_panels(void* ctx, size_t begin, size_t end) {
   g.qa = bt->qh;
   g.ldqa = bt->ldqh;
   g.a_scales = bt->h_scales;
-  if (bt->x) {  // the whole step in the set's batch_step
-    const kernels::BatchStepArgs a{&cell.w_ih,
-                                   bt->x,
-                                   r.in_w,
-                                   cell.bias ? &cell.bias : nullptr,
-                                   &cell.w_hh,
-                                   bt->h,
-                                   bt->ldh,
-                                   layer.op == Op::kLstm ? state_c(r.s, layer, r.ci, 0) : nullptr,
-                                   layer.hidden,
-                                   bt->h_new,
-                                   bt->ldh_new,
-                                   r.lengths,
-                                   bt->t,
-                                   layer.hidden};
-    r.k->batch_step[r.kind](a, 0, r.B, p0, p1);
-    return;
-  }
   r.k->gemm(g, 0, r.B, p0 * G, p1 * G);
   for (size_t b = 0; b < r.B; ++b) {
     if (!active(r.lengths, b, bt->t)) continue;

@@ -21,6 +21,8 @@
 #include "kernels/simd/isa.h"
 #include "kernels/reference/reference.h"
 
+#include <type_traits>
+
 #if defined(__x86_64__) && defined(__AVX512F__)
 
 // GCC 12's _mm512_extractf64x4_pd starts from _mm256_undefined_pd(), which
@@ -52,17 +54,56 @@ namespace avx512 {
 
 namespace {
 
+// acc[m][z] += A row m times the weight's zmm z (its vectors q0 + 2z and
+// q0 + 2z + 1, q0 even), k ascending: the inner loop of every tile here.
+template <int MR, int NZ>
+FERRY_VEC_INLINE void accumulate_rows(__m512 (&acc)[MR][NZ], const Weight& weight, const float* rows, size_t ld,
+                                      size_t m0, uint32_t q0) {
+  const uint32_t gates = weight.gates;
+  const size_t kk = weight.cols, ldw = layout::panel8_column_stride(gates);
+  const float* wz[NZ];
+#pragma GCC unroll 8
+  for (int z = 0; z < NZ; ++z) wz[z] = weight.f32() + layout::panel8_vector_index(gates, kk, q0 + 2 * static_cast<uint32_t>(z));
+  const float* a[MR];
+#pragma GCC unroll 8
+  for (int m = 0; m < MR; ++m) a[m] = rows + (m0 + m) * ld;
+  for (size_t k = 0; k < kk; ++k) {
+    __m512 w[NZ];
+#pragma GCC unroll 8
+    for (int z = 0; z < NZ; ++z) {
+      w[z] = _mm512_loadu_ps(wz[z]);
+      wz[z] += ldw;
+    }
+#pragma GCC unroll 8
+    for (int m = 0; m < MR; ++m) {
+      const __m512 x = _mm512_set1_ps(a[m][k]);
+#pragma GCC unroll 8
+      for (int z = 0; z < NZ; ++z) acc[m][z] = _mm512_fmadd_ps(x, w[z], acc[m][z]);
+    }
+  }
+}
+
+// Rows [m0, m1) in tiles of 8, then one tile of the rest:
+// f(std::integral_constant<int, MR>(), first row) per tile.
+template <typename F>
+FERRY_VEC_INLINE void row_tiles(size_t m0, size_t m1, F&& f) {
+  size_t m = m0;
+  for (; m + 8 <= m1; m += 8) f(std::integral_constant<int, 8>(), m);
+  switch (m1 - m) {
+    case 7: f(std::integral_constant<int, 7>(), m); break;
+    case 6: f(std::integral_constant<int, 6>(), m); break;
+    case 5: f(std::integral_constant<int, 5>(), m); break;
+    case 4: f(std::integral_constant<int, 4>(), m); break;
+    case 3: f(std::integral_constant<int, 3>(), m); break;
+    case 2: f(std::integral_constant<int, 2>(), m); break;
+    case 1: f(std::integral_constant<int, 1>(), m); break;
+    default: break;
+  }
+}
+
 // MR rows x NZ zmm (2*NZ vectors starting at the even vector q0).
 template <int MR, int NZ>
 void tile(const GemmArgs& g, size_t m0, uint32_t q0) {
-  const uint32_t gates = g.w->gates;
-  const size_t kk = g.w->cols, ldw = layout::panel8_column_stride(gates);
-  const float* wz[NZ];
-#pragma GCC unroll 8
-  for (int z = 0; z < NZ; ++z) wz[z] = g.w->f32() + layout::panel8_vector_index(gates, kk, q0 + 2 * static_cast<uint32_t>(z));
-  const float* a[MR];
-#pragma GCC unroll 8
-  for (int m = 0; m < MR; ++m) a[m] = g.a + (m0 + m) * g.lda;
   __m512 acc[MR][NZ];
 #pragma GCC unroll 8
   for (int m = 0; m < MR; ++m) {
@@ -78,20 +119,7 @@ void tile(const GemmArgs& g, size_t m0, uint32_t q0) {
       }
     }
   }
-  for (size_t k = 0; k < kk; ++k) {
-    __m512 w[NZ];
-#pragma GCC unroll 8
-    for (int z = 0; z < NZ; ++z) {
-      w[z] = _mm512_loadu_ps(wz[z]);
-      wz[z] += ldw;
-    }
-#pragma GCC unroll 8
-    for (int m = 0; m < MR; ++m) {
-      const __m512 x = _mm512_set1_ps(a[m][k]);
-#pragma GCC unroll 8
-      for (int z = 0; z < NZ; ++z) acc[m][z] = _mm512_fmadd_ps(x, w[z], acc[m][z]);
-    }
-  }
+  accumulate_rows<MR, NZ>(acc, *g.w, g.a, g.lda, m0, q0);
 #pragma GCC unroll 8
   for (int m = 0; m < MR; ++m) {
     float* c = g.c + (m0 + m) * g.ldc;
@@ -102,18 +130,7 @@ void tile(const GemmArgs& g, size_t m0, uint32_t q0) {
 
 template <int NZ>
 void sweep_rows(const GemmArgs& g, size_t m0, size_t m1, uint32_t q) {
-  size_t m = m0;
-  for (; m + 8 <= m1; m += 8) tile<8, NZ>(g, m, q);
-  switch (m1 - m) {
-    case 7: tile<7, NZ>(g, m, q); break;
-    case 6: tile<6, NZ>(g, m, q); break;
-    case 5: tile<5, NZ>(g, m, q); break;
-    case 4: tile<4, NZ>(g, m, q); break;
-    case 3: tile<3, NZ>(g, m, q); break;
-    case 2: tile<2, NZ>(g, m, q); break;
-    case 1: tile<1, NZ>(g, m, q); break;
-    default: break;
-  }
+  row_tiles(m0, m1, [&](auto mr, size_t m) { tile<decltype(mr)::value, NZ>(g, m, q); });
 }
 
 template <int MR>
@@ -158,34 +175,6 @@ void gemm_panel8_8x32(const GemmArgs& g, size_t m0, size_t m1, uint32_t q0, uint
 FERRY_VEC_INLINE Vec lo(__m512 v) { return {_mm512_castps512_ps256(v)}; }
 FERRY_VEC_INLINE Vec hi(__m512 v) {
   return {_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1))};
-}
-
-// acc[m][z] += row m of `rows` times zmm z of panels p.. of the weight, k
-// ascending (the inner loop of gemm_panel8_8x32's tile).
-template <int MR, int NZ>
-FERRY_VEC_INLINE void accumulate_rows(__m512 (&acc)[MR][NZ], const Weight& weight, const float* rows, size_t ld,
-                                      size_t m0, uint32_t p) {
-  const size_t kk = weight.cols, ldw = layout::panel8_column_stride(4);
-  const float* wz[NZ];
-#pragma GCC unroll 8
-  for (int z = 0; z < NZ; ++z) wz[z] = weight.f32() + layout::panel8_vector_index(4, kk, 4 * p + 2 * static_cast<uint32_t>(z));
-  const float* a[MR];
-#pragma GCC unroll 8
-  for (int m = 0; m < MR; ++m) a[m] = rows + (m0 + m) * ld;
-  for (size_t k = 0; k < kk; ++k) {
-    __m512 w[NZ];
-#pragma GCC unroll 8
-    for (int z = 0; z < NZ; ++z) {
-      w[z] = _mm512_loadu_ps(wz[z]);
-      wz[z] += ldw;
-    }
-#pragma GCC unroll 8
-    for (int m = 0; m < MR; ++m) {
-      const __m512 x = _mm512_set1_ps(a[m][k]);
-#pragma GCC unroll 8
-      for (int z = 0; z < NZ; ++z) acc[m][z] = _mm512_fmadd_ps(x, w[z], acc[m][z]);
-    }
-  }
 }
 
 // The update of rows m .. m+N-1 of a tile, panel i of it (p + i), from the
@@ -237,8 +226,8 @@ void lstm_batch_tile(const BatchStepArgs& s, size_t m0, uint32_t p) {
       acc[m][z] = s.bias ? _mm512_loadu_ps(s.bias->f32() + size_t{p} * 32 + 16 * z) : _mm512_setzero_ps();
     }
   }
-  accumulate_rows<MR, NZ>(acc, *s.w_ih, s.x, s.ldx, m0, p);
-  accumulate_rows<MR, NZ>(acc, *s.w_hh, s.h, s.ldh, m0, p);
+  accumulate_rows<MR, NZ>(acc, *s.w_ih, s.x, s.ldx, m0, 4 * p);
+  accumulate_rows<MR, NZ>(acc, *s.w_hh, s.h, s.ldh, m0, 4 * p);
 #pragma GCC unroll 4
   for (int i = 0; i < NP; ++i) {
     int m = 0;
@@ -247,30 +236,14 @@ void lstm_batch_tile(const BatchStepArgs& s, size_t m0, uint32_t p) {
   }
 }
 
-template <int NP>
-void lstm_batch_rows(const BatchStepArgs& s, size_t m0, size_t m1, uint32_t p) {
-  size_t m = m0;
-  for (; m + 8 <= m1; m += 8) lstm_batch_tile<8, NP>(s, m, p);
-  switch (m1 - m) {
-    case 7: lstm_batch_tile<7, NP>(s, m, p); break;
-    case 6: lstm_batch_tile<6, NP>(s, m, p); break;
-    case 5: lstm_batch_tile<5, NP>(s, m, p); break;
-    case 4: lstm_batch_tile<4, NP>(s, m, p); break;
-    case 3: lstm_batch_tile<3, NP>(s, m, p); break;
-    case 2: lstm_batch_tile<2, NP>(s, m, p); break;
-    case 1: lstm_batch_tile<1, NP>(s, m, p); break;
-    default: break;
-  }
-}
-
 // Panels outside, rows inside, as gemm_panel8_8x32 (a panel's weights stay
 // in L1 while the rows pass); below 4 rows, two panels per tile.
 void lstm_batch_step_8x32(const BatchStepArgs& s, size_t m0, size_t m1, uint32_t p0, uint32_t p1) {
   uint32_t p = p0;
   if (m1 - m0 < 4) {
-    for (; p + 2 <= p1; p += 2) lstm_batch_rows<2>(s, m0, m1, p);
+    for (; p + 2 <= p1; p += 2) row_tiles(m0, m1, [&](auto mr, size_t m) { lstm_batch_tile<decltype(mr)::value, 2>(s, m, p); });
   }
-  for (; p < p1; ++p) lstm_batch_rows<1>(s, m0, m1, p);
+  for (; p < p1; ++p) row_tiles(m0, m1, [&](auto mr, size_t m) { lstm_batch_tile<decltype(mr)::value, 1>(s, m, p); });
 }
 
 // acc[i][0..1] = the two zmm of an LSTM panel row (i,f | g,o): += x[k] * W.
