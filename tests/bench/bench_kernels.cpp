@@ -179,6 +179,37 @@ struct W2 {
       std::swap(hp, hn);
     }
   }
+  // The chunk's steps of one layer in the runtime's alternating panel order,
+  // each computing share t of 64 of the next chunk's projection (W x rows a,
+  // K = w.cols) into `next` where the set has step_project, else that
+  // projection after the steps.
+  Floats next{kW2Chunk * kCols};
+  void steps_project(const Weight& w_hh, const Weight& w, const float* a, bool overlap) {
+    float* hp = h.p;
+    float* hn = h_new.p;
+    const auto fused = set->step_project[0];
+    for (uint32_t t = 0; t < kW2Chunk; ++t) {
+      const kernels::StepArgs s{nullptr, nullptr, pre.p + size_t{t} * kCols, nullptr, &w_hh, hp, nullptr,
+                                c.p,     hn,      kH,                        0};
+      if (overlap && fused) {
+        fused(s, kernels::ProjectShare{&w, a, w.cols, &bias.w, next.p, kCols, kW2Chunk, t, kW2Chunk},
+              layout::panels_of(kH), t & 1);
+      } else {
+        const uint32_t panels = layout::panels_of(kH);
+        if (!(t & 1)) {
+          set->step[0](s, 0, panels);
+        } else {
+          for (uint32_t p1 = panels; p1 > 0;) {
+            const uint32_t p0 = p1 > set->step_group[0] ? p1 - set->step_group[0] : 0;
+            set->step[0](s, p0, p1);
+            p1 = p0;
+          }
+        }
+      }
+      std::swap(hp, hn);
+    }
+    if (!(overlap && fused)) set->gemm({&w, a, w.cols, &bias.w, nullptr, next.p, kCols, kCols}, 0, kW2Chunk, 0, kCols / 8);
+  }
   // A plain read of both W_hh, as many times as the chunk's steps read them.
   float read() {
     const size_t n = layout::panel8_elements(kG, kH, kH);
@@ -354,6 +385,22 @@ void BM_W2Proj2(benchmark::State& state) {
   report(state, double(kW2Chunk) * kCols * kH);
 }
 
+// One chunk of both layers as the runtime runs it (alternating panel
+// order), each layer's steps followed by the next chunk's projection
+// (arg 0) or computing it in shares inside the steps (arg 1, step_project).
+void BM_W2Chunk(benchmark::State& state) {
+  flush_denormals();
+  W2& w = w2();
+  const bool overlap = state.range(0) != 0;
+  const double read_s = w2_read_seconds();
+  for (auto _ : state) {
+    w.steps_project(w.w_hh1.w, w.w_ih1.w, w.x.p, overlap);
+    w.steps_project(w.w_hh2.w, w.w_ih2.w, w.y1.p, overlap);
+  }
+  state.counters["of_read"] = benchmark::Counter(read_s, benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(std::string(w.set->name) + (overlap && w.set->step_project[0] ? " step_project" : " steps, gemm"));
+}
+
 // A whole W2 run at the kernels, in the backend's order: layer 1's eight
 // chunks (input part, then its 64 steps), then layer 2's. of_floor:
 // ferry_bench_torch's floor for W2 (each W_hh read once per step at the
@@ -395,6 +442,7 @@ BENCHMARK(BM_W2Read)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_W2Steps)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_W2Proj1)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_W2Proj2)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_W2Chunk)->Arg(0)->Arg(1)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_W2Run)->Unit(benchmark::kMillisecond);
 
 int main(int argc, char** argv) {

@@ -313,6 +313,13 @@ std::vector<Shape> generated_shapes() {
       {L::LSTM, 12, 20, 0, 1, false, true, false, "", 0, 9, 4, false},
       {L::LSTM, 7, 19, 6, 2, true, true, true, "last>fc", 3, 70, 3, true},
       {L::LSTM, 9, 16, 0, 1, true, true, false, "", 0, 66, 3, false},  // direct: h straight to the output rows
+      // One sample over W_hh of 256 KiB and more, several chunks: each chunk's
+      // steps compute the next chunk's projection (step_project, where the set
+      // has it). T 129 ends in a chunk of one step (its input part fused in
+      // the step: nothing to project); layer 2's K (256) exceeds the step's
+      // (128), layer 1's is below it; 17 panels leave a group of 1.
+      {L::LSTM, 20, 128, 0, 2, true, true, false, "", 0, 1, 129, false},
+      {L::LSTM, 150, 136, 0, 1, false, false, true, "last>fc", 3, 1, 100, false},
       {L::Linear, 10, 0, 0, 0, false, true, false, "fc>relu>fc>softmax", 6, 5, 1, false},
       {L::Linear, 35, 0, 0, 0, false, false, false, "fc", 17, 40, 1, false},
       {L::Linear, 8, 0, 0, 0, false, true, false, "fc>tanh", 9, 1, 1, false},
@@ -411,6 +418,9 @@ TEST_P(BackendTest, ResultsDoNotDependOnThreadCount) {
   // the comparison covers the order too.
   const std::vector<Shape> shapes = {
       {LayerOp::LSTM, 40, 192, 0, 1, false, true, false, "", 0, 1, 3, false},
+      // Several chunks: one thread computes projections inside the steps
+      // (step_project), two and three threads before them.
+      {LayerOp::LSTM, 24, 128, 0, 1, false, true, false, "", 0, 1, 70, false},
       {LayerOp::LSTM, 40, 128, 32, 2, true, true, true, "last>fc", 9, 16, 3, true},
       {LayerOp::GRU, 30, 96, 0, 1, false, true, false, "fc", 20, 8, 3, false},
       {LayerOp::GRU, 30, 200, 0, 1, false, true, false, "", 0, 1, 4, false},  // one thread: alternating order
@@ -450,6 +460,7 @@ TEST_P(BackendTest, ArenaSizeIsExact) {
   const std::vector<Shape> shapes = {
       {LayerOp::LSTM, 6, 20, 11, 2, true, true, false, "last>fc", 3, 3, 9, false},
       {LayerOp::GRU, 11, 24, 0, 2, false, true, true, "fc", 4, 2, 40, false},  // 80 rows: XNNPACK in auto
+      {LayerOp::LSTM, 8, 128, 0, 1, false, true, false, "", 0, 1, 65, false},  // a second gate buffer (step_project)
   };
   uint32_t seed = 200;
   for (const Shape& shape : shapes) {

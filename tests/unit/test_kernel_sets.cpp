@@ -290,6 +290,89 @@ TEST(KernelSets, BatchStepsAreGemmPlusUpdate) {
   if (!checked) GTEST_SKIP() << "no set runnable here has a batch_step";
 }
 
+// A one-sample step with a share of a projection (step_project, where a set
+// has it) against step[] and the projection's gemm it stands for, bit for
+// bit: hidden sizes below the fused path (AVX2 step, tiles alone), at 16
+// panels, with a tail group and with more; projection K below, equal to and
+// above the step's; rows with every remainder of 8; shares 1 to more than
+// there are tiles (shares with no tile, groups with several); both panel
+// orders; with and without a bias, with `pre` and with the step's own input
+// part.
+TEST(KernelSets, StepsWithAProjectionShareAreStepPlusGemm) {
+  const std::vector<const KernelSet*> sets = simd_sets();
+  if (sets.empty()) GTEST_SKIP() << "this CPU runs no SIMD kernel set of this build";
+  std::mt19937 rng(31);
+  size_t checked = 0;
+  for (const KernelSet* set : sets) {
+    for (int kind = 0; kind < kernels::kCellKinds; ++kind) {
+      const auto fused = set->step_project[kind];
+      if (!fused) continue;
+      ASSERT_EQ(kind, kernels::kind_index(layout::CellKind::kLstm)) << set->name << ": only LSTM is defined";
+      int variant = 0;
+      for (uint32_t hidden : {40u, 128u, 136u, 160u}) {
+        for (uint32_t kx : {hidden / 4 + 1, hidden + 3}) {
+          for (size_t rows : {1u, 7u, 13u, 64u}) {
+            for (uint32_t shares : {1u, 5u, 64u, 700u}) {
+              ++variant;
+              const bool reverse = variant % 2, with_bias = variant % 3 != 0, with_pre = variant % 5 != 0;
+              const uint32_t kh = hidden, in = hidden % 7 + 3, cols = layout::gate_row_floats(4, hidden);
+              const uint32_t panels = layout::panels_of(hidden);
+              const size_t lda = kx + 2, ldc = cols + 16;
+              PackedMatrix w_hh(rng, 4, hidden, kh), w_ih(rng, 4, hidden, in), w_px(rng, 4, hidden, kx),
+                  bias(rng, 4, hidden, 1);
+              const std::vector<float> h = random_vector(rng, kh), x = random_vector(rng, in),
+                                       c0 = random_vector(rng, hidden), a = random_vector(rng, rows * lda),
+                                       pre = random_vector(rng, cols);
+              const Weight* b = with_bias ? &bias.w : nullptr;
+              const kernels::StepArgs step{with_pre ? nullptr : &w_ih.w,
+                                           x.data(),
+                                           with_pre ? pre.data() : nullptr,
+                                           b,
+                                           &w_hh.w,
+                                           h.data(),
+                                           nullptr,
+                                           nullptr,
+                                           nullptr,
+                                           hidden,
+                                           0};
+              // Expected: step[] over every panel, and the projection's gemm.
+              std::vector<float> c_want = c0, h_want(hidden), p_want(rows * ldc, -7.0f);
+              kernels::StepArgs s1 = step;
+              s1.c = c_want.data();
+              s1.h_new = h_want.data();
+              set->step[kind](s1, 0, panels);
+              set->gemm(kernels::GemmArgs{&w_px.w, a.data(), lda, b, nullptr, p_want.data(), ldc, cols}, 0, rows, 0,
+                        cols / layout::kPanel);
+              std::vector<float> c_got = c0, h_got(hidden), p_got(rows * ldc, -7.0f);
+              kernels::StepArgs s2 = step;
+              s2.c = c_got.data();
+              s2.h_new = h_got.data();
+              for (uint32_t i = 0; i < shares; ++i) {
+                const uint32_t share = (i * 3 + 1) % shares;  // every share once (3 is prime to each count), out of order
+                std::vector<float> c_step = c0;
+                s2.c = c_step.data();
+                fused(s2, kernels::ProjectShare{&w_px.w, a.data(), lda, b, p_got.data(), ldc, rows, share, shares},
+                      panels, reverse);
+                if (i == 0) c_got = c_step;
+              }
+              const std::string what = std::string(set->name) + " H " + std::to_string(hidden) + " K " +
+                                       std::to_string(kx) + " rows " + std::to_string(rows) + " shares " +
+                                       std::to_string(shares) + (reverse ? " reverse" : "") +
+                                       (with_pre ? " pre" : " w_ih") + (with_bias ? " bias" : "");
+              EXPECT_EQ(std::memcmp(c_got.data(), c_want.data(), hidden * sizeof(float)), 0) << what << ": c";
+              EXPECT_EQ(std::memcmp(h_got.data(), h_want.data(), hidden * sizeof(float)), 0) << what << ": h";
+              EXPECT_EQ(std::memcmp(p_got.data(), p_want.data(), p_got.size() * sizeof(float)), 0)
+                  << what << ": projection";
+              ++checked;
+            }
+          }
+        }
+      }
+    }
+  }
+  if (!checked) GTEST_SKIP() << "no set runnable here has a step_project";
+}
+
 TEST(KernelSets, ElementwiseKernelsMatchTheReference) {
   std::mt19937 rng(3);
   std::vector<float> x = random_vector(rng, 1001, 12.0f);

@@ -214,6 +214,24 @@ struct BatchStepArgs {
   uint32_t hidden;
 };
 
+// kPanels, a chunk's input projection computed in shares beside the steps
+// of the chunk before it (step_project): share `share` of `shares` of
+//     c[m] = bias + W x[m]   for rows m in [0, rows), every vector of W,
+// the product input_projection computes for those rows (gemm with n_store =
+// the gate row's floats). Shares 0 .. shares-1, each once and in any order,
+// write every output once, each the one chain of the contract above, so the
+// result is gemm's bit for bit whatever the split.
+struct ProjectShare {
+  const Weight* w;       // W_ih [G*H, in] of the cell
+  const float* a;        // row m at a + m * lda
+  size_t lda;
+  const Weight* bias;    // panel-order, or null
+  float* c;              // gate row m at c + m * ldc (panel order)
+  size_t ldc;
+  size_t rows;
+  uint32_t share, shares;
+};
+
 // kPerSample: one step of one sample. `h` [H_out] and `c` [H] are read and
 // updated in place; with a projection h is W_hr times the new hidden.
 struct SampleStepArgs {
@@ -286,6 +304,17 @@ struct KernelSet {
   // cell kind: the backend then runs gemm and update[].
   void (*batch_step[kCellKinds])(const BatchStepArgs& args, size_t m0, size_t m1, uint32_t p0,
                                  uint32_t p1) = {nullptr, nullptr, nullptr};
+
+  // kPanels, optional: one whole one-sample step (step[kind] over panels
+  // [0, panels), last to first in groups of step_group when `reverse`, as
+  // the backend's step_all_panels runs it) and one share of a later chunk's
+  // input projection, in the same loop: the step reads its weights from L2
+  // at under half the FMA rate, and the projection's FMAs fill the rest.
+  // Both results are those of step[] and of the projection's gemm, bit for
+  // bit. Null where the set has none for the cell kind: the backend computes
+  // each chunk's projection before its steps.
+  void (*step_project[kCellKinds])(const StepArgs& step, const ProjectShare& share, uint32_t panels,
+                                   bool reverse) = {nullptr, nullptr, nullptr};
 };
 
 }  // namespace kernels

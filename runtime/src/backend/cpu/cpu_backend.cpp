@@ -3,7 +3,8 @@
 //
 // Arena layout (one plan, used both for the size and by init, so the size
 // reported is exact):
-//   [ferry_session][CpuSession][state][act A][act B][scratch][gates][gates_rec][h_new][h_proj][qact][qscales]
+//   [ferry_session][CpuSession][state][act A][act B][scratch][gates][gates_next][gates_rec][h_new][h_proj]
+//   ...[qact][qscales]
 //   ...[slots][patches][lone][program][xnnpack]
 // each region FERRY_ALIGNMENT-aligned and present only when the session's
 // kernel sets need it. `state` is the recurrent state of every recurrent
@@ -36,7 +37,8 @@ static_assert(sizeof(CpuSession) <= kCpuControlBytes, "CpuSession outgrew its co
 
 // Byte offsets of a session's regions (0 = absent, except control and state).
 struct Regions {
-  size_t control = 0, state = 0, act_a = 0, act_b = 0, scratch = 0, gates = 0, gates_rec = 0, h_new = 0,
+  size_t control = 0, state = 0, act_a = 0, act_b = 0, scratch = 0, gates = 0, gates_next = 0, gates_rec = 0,
+         h_new = 0,
          h_proj = 0, slots = 0, patches = 0, lone = 0, program = 0, qact = 0, qscales = 0;
   size_t q_rows = 0, q_ld = 0;
   size_t slot_floats = 0;
@@ -63,6 +65,7 @@ ferry_status plan_regions(const ferry_model* m, const SessionConfig& o, const Ke
   if (c.any_per_sample) r->scratch = optional_region(arena, B, 2 * size_t{m->max_gate_rows} + m->max_hidden);
   if (c.any_panel_recurrent) {
     r->gates = optional_region(arena, B, r->chunk_steps, cols);
+    if (c.any_project_overlap) r->gates_next = optional_region(arena, B, r->chunk_steps, cols);
     if (c.any_panel_gru) r->gates_rec = optional_region(arena, B, cols);
     r->h_new = optional_region(arena, B, m->max_hidden);
     if (c.any_panel_projection) r->h_proj = optional_region(arena, B, m->max_h_out);
@@ -141,6 +144,7 @@ ferry_status init(ferry_session* s, const SessionConfig& config, uint8_t* base) 
   cpu->act[1] = region(r.act_b);
   cpu->scratch = region(r.scratch);
   cpu->gates = region(r.gates);
+  cpu->gates_next = region(r.gates_next);
   cpu->gates_rec = region(r.gates_rec);
   cpu->h_new = region(r.h_new);
   cpu->h_proj = region(r.h_proj);

@@ -64,6 +64,14 @@ constexpr uint64_t kAlternateMinBytes = 64 * 1024;
 // f32_avx512 on Zen 4, LSTM(64, 256), `ferry bench --stream --batch B`
 // against gemm + update: B 2 +3%, 4 +7%, 8 -0.6%, 16 -1.5%, 64 -2%.
 constexpr size_t kBatchStepMinRows = 8;
+// A one-sample run on one thread computes each chunk's input projection in
+// shares inside the previous chunk's steps (the set's step_project), for a
+// cell whose W_hh is at least this large: the step then reads its weights
+// from L2 at under half the FMA rate, and the projection's FMAs fill the
+// rest. f32_avx512 on Zen 4, W2's chunk (LSTM(32, 256) + LSTM(256, 256), 64
+// steps each; ferry_bench_kernels --benchmark_filter=W2Chunk): 1,626 us
+// against 1,742 us for the steps then the projection.
+constexpr uint64_t kProjectOverlapMinBytes = 256 * 1024;
 // Output rows (steps x batch) a Conv1d computes per GEMM call: its patches
 // (im2col rows) are gathered this many at a time.
 constexpr size_t kConvRows = 64;
@@ -91,9 +99,15 @@ struct KernelChoice {
   bool any_panel_gru = false;
   bool any_panel_projection = false;
   bool any_xnnpack = false;
+  bool any_project_overlap = false;   // some cell may compute projections in its steps (project_overlaps)
 };
 
 ferry_status choose_kernels(const ferry_model* m, const SessionConfig& config, KernelChoice* out);
+
+// Whether a one-sample run of `cell` on one thread computes the next chunk's
+// projection inside its steps (kProjectOverlapMinBytes): the set has
+// step_project for the kind, XNNPACK does not take the cell's projections.
+bool project_overlaps(const kernels::KernelSet* k, int kind, const Cell& cell, bool xnn_cell);
 
 // Time steps per input-projection chunk for `max_batch` rows per step.
 size_t chunk_steps(size_t max_batch, size_t max_seq);
@@ -129,6 +143,7 @@ struct CpuSession {
   float* scratch;    // kPerSample: per-step gate values of one sample
   // kPanels (null when no layer runs there):
   float* gates;      // [chunk rows][max_gate_cols]: input parts, panel order
+  float* gates_next; // the same for the next chunk, while the steps compute it (project_overlaps), or null
   float* gates_rec;  // GRU batched: [max_batch][max_gate_cols] recurrent parts
   float* h_new;      // [max_batch][max_hidden]: hidden after a step
   float* h_proj;     // [max_batch][max_h_out]: projected hidden (LSTM proj)

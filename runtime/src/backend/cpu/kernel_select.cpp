@@ -5,6 +5,7 @@
 #include "common/status.h"
 #include "kernels/registry.h"
 #include "kernels/xnnpack/xnnpack_fc.h"
+#include "platform/threads.h"
 
 namespace ferry {
 namespace cpu {
@@ -38,6 +39,10 @@ size_t chunk_steps(size_t max_batch, size_t max_seq) {
   size_t steps = (kChunkRows + max_batch - 1) / max_batch;
   if (steps > max_seq) steps = max_seq;
   return steps ? steps : 1;
+}
+
+bool project_overlaps(const kernels::KernelSet* k, int kind, const Cell& cell, bool xnn_cell) {
+  return k->step_project[kind] && !xnn_cell && cell.w_hh.bytes() >= kProjectOverlapMinBytes;
 }
 
 uint32_t max_gate_cols(const ferry_model* m) {
@@ -118,6 +123,14 @@ ferry_status choose_kernels(const ferry_model* m, const SessionConfig& config, K
       const bool xnn = xnn_ok && (c->xnn_always || (auto_xnn && chunk_rows >= kXnnpackMinRows));
       for (uint32_t k = 0; k < l.num_layers * l.dirs; ++k) c->xnn_cell[l.first_cell + k] = xnn;
       c->any_xnnpack = c->any_xnnpack || xnn;
+      // A second chunk of gate rows, for runs of more than one chunk on one thread.
+      if (panels && pool_threads(config.threadpool) == 1 && config.max_seq > chunk_steps(config.max_batch, config.max_seq)) {
+        const int kind = kernels::kind_index(cell_kind(l.op));
+        for (uint32_t k = 0; k < l.num_layers * l.dirs; ++k) {
+          c->any_project_overlap =
+              c->any_project_overlap || project_overlaps(set, kind, m->cells[l.first_cell + k], xnn);
+        }
+      }
     } else if (l.op == Op::kLast) {
       time_axis = false;
     } else if (l.op == Op::kLinear) {

@@ -17,6 +17,10 @@
 //   2. per step t:
 //        B == 1: one fused kernel per panel group: P row (or, for a lone
 //                step, bias + W_ih x itself) + W_hh h, nonlinearities, state
+//                (on one thread over large weights, where the set has
+//                step_project: the step also computes a share of the next
+//                chunk's P into the other gate buffer, so that 1. runs
+//                inside the previous chunk's steps for all but the first)
 //        B >= 2: gemm P[t] += W_hh h for all rows, then the update per row
 //                (a chunk of one step of >= kBatchStepMinRows rows, where
 //                the set has batch_step: the whole step, input part
@@ -202,10 +206,14 @@ size_t panel_tile(size_t threads, uint32_t panels, uint32_t group) {
   return tile ? tile : group;
 }
 
-// Step t of the chunk that starts at t_lo. `fuse_input`: no projection was
-// computed (a lone step of one sample: the fused kernel does it); `first`
-// and `last`: the sequence's first and last step in this direction.
-void panel_step(const CellRun& r, size_t t, size_t t_lo, bool fuse_input, bool first, bool last) {
+// Step t of the chunk that starts at t_lo, whose input parts are in
+// `gates`. `fuse_input`: no projection was computed (a lone step of one
+// sample: the fused kernel does it); `first` and `last`: the sequence's
+// first and last step in this direction; `share`: a share of the next
+// chunk's projection for the step to compute (one sample, one thread), or
+// null.
+void panel_step(const CellRun& r, size_t t, size_t t_lo, float* gates, bool fuse_input, bool first, bool last,
+                const kernels::ProjectShare* share) {
   ferry_session* s = r.s;
   CpuSession* cpu = cpu_of(s);
   const Layer& layer = *r.layer;
@@ -214,7 +222,7 @@ void panel_step(const CellRun& r, size_t t, size_t t_lo, bool fuse_input, bool f
   const size_t B = r.B;
   const uint32_t cols = r.cols, panels = r.panels;
   const size_t tile = r.tile, macs_per_row = r.macs_per_row;
-  float* pre = cpu->gates + (t - t_lo) * B * cols;
+  float* pre = gates + (t - t_lo) * B * cols;
   if (B == 1) {
     float* y = r.out + t * layer.out + r.d * layer.h_out;
     if (!active(r.lengths, 0, t)) {
@@ -245,7 +253,11 @@ void panel_step(const CellRun& r, size_t t, size_t t_lo, bool fuse_input, bool f
       // alternate their panel order from one time step to the next (t's
       // parity; any sequence of steps alternates).
       const bool reverse = (t & 1) && alternates(cell.w_hh, st.args.w_ih);
-      step_all_panels(k, r.kind, st.args, panels, reverse);
+      if (share) {
+        k->step_project[r.kind](st.args, *share, panels, reverse);
+      } else {
+        step_all_panels(k, r.kind, st.args, panels, reverse);
+      }
     } else {
       const size_t work = macs_per_row + (fuse_input ? size_t{cols} * cell.in : 0);
       parallel_ranges(cpu->threadpool, panels, tile, work, step_panels, &st);
@@ -414,25 +426,56 @@ float* run_recurrent(ferry_session* s, uint32_t layer_index, float* in, float* o
       const uint32_t cell_index = layer.first_cell + ci;
       const CellRun r{s,   &layer, &m->cells[cell_index], k,    kind,     ci,   d,   in,
                       in_w, out,   T,   B,   lengths, cols, n_panels, tile, size_t{cols} * layer.h_out};
+      // A chunk of one step (a lone step of one sample; a batch of
+      // kChunkRows rows or more, or one step of a batch) has no input
+      // projection to share between steps: its step kernel computes the
+      // input part itself, in the same chain (for a batch of at least
+      // kBatchStepMinRows, where the set has batch_step), unless the
+      // xnnpack backend is to compute it.
+      const auto fuses_input = [&](size_t n) {
+        return panels && n == 1 && (B == 1 || (B >= kBatchStepMinRows && k->batch_step[kind])) &&
+               !(cpu->xnn_cell[cell_index] && cpu->xnn_always);
+      };
+      // One sample on one thread over large weights: each chunk's steps
+      // compute the next chunk's projection, a share per step, into the
+      // other gate buffer (project_overlaps; every step runs, as no length
+      // ends the sample early).
+      const bool overlap = panels && cpu->gates_next && B == 1 && !lengths && cpu->threads == 1 &&
+                           project_overlaps(k, kind, *r.cell, cpu->xnn_cell[cell_index]);
+      float* gates = cpu->gates;
+      float* gates_next = cpu->gates_next;
+      bool projected = false;  // `gates` already holds this chunk's input parts
       for (size_t done = 0; done < T; done += chunk) {
         const size_t n = T - done < chunk ? T - done : chunk;
         const size_t t_lo = d == 0 ? done : T - done - n;  // the chunk is times [t_lo, t_lo + n)
-        // A chunk of one step (a lone step of one sample; a batch of
-        // kChunkRows rows or more, or one step of a batch) has no input
-        // projection to share between steps: its step kernel computes the
-        // input part itself, in the same chain (for a batch of at least
-        // kBatchStepMinRows, where the set has batch_step), unless the
-        // xnnpack backend is to compute it.
-        const bool fuse_input = panels && n == 1 && (B == 1 || (B >= kBatchStepMinRows && k->batch_step[kind])) &&
-                                !(cpu->xnn_cell[cell_index] && cpu->xnn_always);
-        if (panels && !fuse_input) input_projection(s, k, cell_index, layer, in + t_lo * B * in_w, n * B, cpu->gates);
+        const bool fuse_input = fuses_input(n);
+        if (panels && !fuse_input && !projected) {
+          input_projection(s, k, cell_index, layer, in + t_lo * B * in_w, n * B, gates);
+        }
+        const size_t left = T - done - n, n_next = left < chunk ? left : chunk;
+        const bool sharing = overlap && n_next > 0 && !fuses_input(n_next);
+        kernels::ProjectShare share{};
+        if (sharing) {  // the next chunk is times [t_next, t_next + n_next)
+          const size_t t_next = d == 0 ? done + n : left - n_next;
+          share = kernels::ProjectShare{&r.cell->w_ih, in + t_next * in_w,    in_w, r.cell->bias ? &r.cell->bias : nullptr,
+                                        gates_next,    cols,                  n_next, 0,
+                                        static_cast<uint32_t>(n)};
+        }
         for (size_t i = 0; i < n; ++i) {
           const size_t t = d == 0 ? t_lo + i : t_lo + n - 1 - i;
           if (panels) {
-            panel_step(r, t, t_lo, fuse_input, i == 0 && done == 0, done + i + 1 == T);
+            share.share = static_cast<uint32_t>(i);
+            panel_step(r, t, t_lo, gates, fuse_input, i == 0 && done == 0, done + i + 1 == T,
+                       sharing ? &share : nullptr);
           } else {
             per_sample_step(r, t);
           }
+        }
+        projected = sharing;
+        if (sharing) {
+          float* g = gates;
+          gates = gates_next;
+          gates_next = g;
         }
       }
     }

@@ -302,6 +302,156 @@ void lstm_step_1x32(const StepArgs& s, uint32_t p0, uint32_t p1) {
   if (p < p1) avx2::lstm_step(s, p, p1);
 }
 
+// ------------------------------------------ steps with a projection share --
+
+// f(std::integral_constant<int, MR>()) for MR = rows (1 to 8).
+template <typename F>
+FERRY_VEC_INLINE void with_rows(size_t rows, F&& f) {
+  switch (rows) {
+    case 8: f(std::integral_constant<int, 8>()); break;
+    case 7: f(std::integral_constant<int, 7>()); break;
+    case 6: f(std::integral_constant<int, 6>()); break;
+    case 5: f(std::integral_constant<int, 5>()); break;
+    case 4: f(std::integral_constant<int, 4>()); break;
+    case 3: f(std::integral_constant<int, 3>()); break;
+    case 2: f(std::integral_constant<int, 2>()); break;
+    case 1: f(std::integral_constant<int, 1>()); break;
+    default: break;
+  }
+}
+
+// The tiles of a projection share: rows in blocks of 8 (the last may be
+// shorter) times one zmm of W (2 vectors), numbered zmm-major, so that the
+// consecutive tiles of one share read the same slice of W (16 KiB at K 256)
+// for all the chunk's rows.
+struct ShareTiles {
+  size_t row_blocks;
+  size_t lo, hi;  // this share's tiles
+};
+
+ShareTiles share_tiles(const ProjectShare& pr, uint32_t vectors) {
+  ShareTiles t;
+  t.row_blocks = (pr.rows + 7) / 8;
+  const size_t n = t.row_blocks * (vectors / 2);
+  t.lo = n * pr.share / pr.shares;
+  t.hi = n * (size_t{pr.share} + 1) / pr.shares;
+  return t;
+}
+
+// Tile i alone (gemm_panel8_8x32's tile).
+void share_tile(const ProjectShare& pr, const ShareTiles& t, size_t i) {
+  const GemmArgs g{pr.w, pr.a, pr.lda, pr.bias, nullptr, pr.c, pr.ldc, layout::gate_row_floats(pr.w->gates, pr.w->units)};
+  const size_t m0 = i % t.row_blocks * 8;
+  const uint32_t q = static_cast<uint32_t>(i / t.row_blocks) * 2;
+  with_rows(pr.rows - m0 < 8 ? pr.rows - m0 : 8, [&](auto mr) { tile<decltype(mr)::value, 1>(g, m0, q); });
+}
+
+// Four LSTM panels of the step (lstm_step_panels_x4<4>) and the MR x 1-zmm
+// projection tile at rows m0, vector q in one k loop: per k, 8 FMAs of the
+// step on weights from L2 and MR FMAs of the tile. Each accumulator is the
+// chain its own kernel computes (the step's: init, W_ih x, W_hh h; the
+// tile's: bias, W x).
+template <int MR>
+void lstm_panels_x4_project(const StepArgs& s, uint32_t p, const ProjectShare& pr, size_t m0, uint32_t q) {
+  constexpr int NP = 4;
+  __m512 acc[NP][2];
+#pragma GCC unroll 8
+  for (int i = 0; i < NP; ++i) {
+    const float* init = s.pre ? s.pre : s.bias ? s.bias->f32() : nullptr;
+    const size_t col = (size_t{p} + i) * 32;
+    acc[i][0] = init ? _mm512_loadu_ps(init + col) : _mm512_setzero_ps();
+    acc[i][1] = init ? _mm512_loadu_ps(init + col + 16) : _mm512_setzero_ps();
+  }
+  if (!s.pre && s.w_ih) accumulate_lstm<NP>(acc, *s.w_ih, s.x, p);
+  __m512 pa[MR];
+#pragma GCC unroll 8
+  for (int m = 0; m < MR; ++m) pa[m] = pr.bias ? _mm512_loadu_ps(pr.bias->f32() + size_t{q} * 8) : _mm512_setzero_ps();
+
+  const uint32_t kh = s.w_hh->cols, kx = pr.w->cols, kb = kh < kx ? kh : kx;
+  const size_t panel = layout::panel8_panel_elements(4, kh);
+  const float* wh[NP];
+#pragma GCC unroll 8
+  for (int i = 0; i < NP; ++i) wh[i] = s.w_hh->f32() + (p + i) * panel;
+  const size_t ldw = layout::panel8_column_stride(pr.w->gates);
+  const float* wp = pr.w->f32() + layout::panel8_vector_index(pr.w->gates, kx, q);
+  const float* a[MR];
+#pragma GCC unroll 8
+  for (int m = 0; m < MR; ++m) a[m] = pr.a + (m0 + m) * pr.lda;
+  const float* h = s.h;
+  auto step_k = [&](uint32_t k) {
+    const __m512 hk = _mm512_set1_ps(h[k]);
+#pragma GCC unroll 8
+    for (int i = 0; i < NP; ++i) {
+      acc[i][0] = _mm512_fmadd_ps(hk, _mm512_loadu_ps(wh[i]), acc[i][0]);
+      acc[i][1] = _mm512_fmadd_ps(hk, _mm512_loadu_ps(wh[i] + 16), acc[i][1]);
+      wh[i] += 32;
+    }
+  };
+  auto project_k = [&](uint32_t k) {
+    const __m512 w = _mm512_loadu_ps(wp);
+    wp += ldw;
+#pragma GCC unroll 8
+    for (int m = 0; m < MR; ++m) pa[m] = _mm512_fmadd_ps(_mm512_set1_ps(a[m][k]), w, pa[m]);
+  };
+  uint32_t k = 0;
+  for (; k < kb; ++k) {
+    step_k(k);
+    project_k(k);
+  }
+  for (uint32_t j = k; j < kh; ++j) step_k(j);
+  for (uint32_t j = k; j < kx; ++j) project_k(j);
+#pragma GCC unroll 8
+  for (int m = 0; m < MR; ++m) _mm512_storeu_ps(pr.c + (m0 + m) * pr.ldc + size_t{q} * 8, pa[m]);
+#pragma GCC unroll 8
+  for (int i = 0; i < NP; ++i) {
+    lstm_finish(lo(acc[i][0]), hi(acc[i][0]), lo(acc[i][1]), hi(acc[i][1]), s.c, s.h_new, p + i, s.hidden);
+  }
+}
+
+// The step of lstm_step_1x32 over every panel (groups of 4 from the end
+// when `reverse`, as step_all_panels splits them) with the share's tiles
+// spread over its groups of 4: group j of F takes tiles [j m / F,
+// (j + 1) m / F) of the share's m, the first in its own loop and any more
+// alone after it. Below 16 panels (the AVX2 step), the step, then the
+// tiles alone.
+void lstm_step_project(const StepArgs& s, const ProjectShare& pr, uint32_t panels, bool reverse) {
+  const ShareTiles t = share_tiles(pr, pr.w->gates * layout::panels_of(s.hidden));
+  const size_t m = t.hi - t.lo;
+  const uint32_t groups = panels >= 16 ? panels / 4 : 0;  // fused groups of 4
+  uint32_t j = 0;                                         // groups run so far
+  auto group = [&](uint32_t p0, uint32_t p1) {
+    if (p1 - p0 != 4 || groups == 0) {
+      lstm_step_1x32(s, p0, p1);
+      return;
+    }
+    const size_t b = t.lo + j * m / groups, e = t.lo + (j + 1) * m / groups;
+    ++j;
+    if (b == e) {
+      lstm_step_panels_x4<4>(s, p0);
+      return;
+    }
+    const size_t m0 = b % t.row_blocks * 8;
+    const uint32_t q = static_cast<uint32_t>(b / t.row_blocks) * 2;
+    with_rows(pr.rows - m0 < 8 ? pr.rows - m0 : 8,
+              [&](auto mr) { lstm_panels_x4_project<decltype(mr)::value>(s, p0, pr, m0, q); });
+    for (size_t i = b + 1; i < e; ++i) share_tile(pr, t, i);
+  };
+  if (!reverse) {
+    uint32_t p = 0;
+    for (; p + 4 <= panels; p += 4) group(p, p + 4);
+    if (p < panels) lstm_step_1x32(s, p, panels);
+  } else {
+    for (uint32_t p1 = panels; p1 > 0;) {
+      const uint32_t p0 = p1 > 4 ? p1 - 4 : 0;
+      group(p0, p1);
+      p1 = p0;
+    }
+  }
+  if (groups == 0) {
+    for (size_t i = t.lo; i < t.hi; ++i) share_tile(pr, t, i);
+  }
+}
+
 }  // namespace
 }  // namespace avx512
 
@@ -312,6 +462,7 @@ using namespace avx2;  // every entry this set does not replace
 #define FERRY_SET_LSTM_STEP lstm_step_1x32
 #define FERRY_SET_LSTM_GROUP 4
 #define FERRY_SET_LSTM_BATCH_STEP lstm_batch_step_8x32
+#define FERRY_SET_LSTM_STEP_PROJECT lstm_step_project
 #include "kernels/simd/table.inl"
 }  // namespace avx512
 
