@@ -68,9 +68,13 @@ constexpr size_t kBatchStepMinRows = 8;
 // shares inside the previous chunk's steps (the set's step_project), for a
 // cell whose W_hh is at least this large: the step then reads its weights
 // from L2 at under half the FMA rate, and the projection's FMAs fill the
-// rest. f32_avx512 on Zen 4, W2's chunk (LSTM(32, 256) + LSTM(256, 256), 64
-// steps each; ferry_bench_kernels --benchmark_filter=W2Chunk): 1,626 us
-// against 1,742 us for the steps then the projection.
+// rest. (At H 128, the first size f32_avx512 fuses, W_hh is 256 KiB.)
+// f32_avx512 on Zen 4: W2's chunk (LSTM(32, 256) + LSTM(256, 256), 64 steps
+// each; ferry_bench_kernels --benchmark_filter=W2Chunk) 1,612 us against
+// 1,747 us for the steps, then the projection; `ferry bench --seq 512`,
+// fastest of 80 runs against the build before: LSTM(64, 128) 1,627 / 1,734
+// us, LSTM(128, 128) 1,779 / 2,022, LSTM(96, 192) 3,453 / 3,720, W2 13.02 /
+// 13.87 ms.
 constexpr uint64_t kProjectOverlapMinBytes = 256 * 1024;
 // Output rows (steps x batch) a Conv1d computes per GEMM call: its patches
 // (im2col rows) are gathered this many at a time.
