@@ -267,9 +267,10 @@ FERRY_VEC_INLINE void accumulate_lstm(__m512 (&acc)[NP][2], const Weight& weight
   }
 }
 
+// The chains of panels p .. p+NP-1 up to their recurrent part: from the
+// step's input parts (pre), or from the bias and W_ih x.
 template <int NP>
-void lstm_step_panels_x4(const StepArgs& s, uint32_t p) {
-  __m512 acc[NP][2];
+FERRY_VEC_INLINE void lstm_input_part(__m512 (&acc)[NP][2], const StepArgs& s, uint32_t p) {
 #pragma GCC unroll 8
   for (int i = 0; i < NP; ++i) {
     const float* init = s.pre ? s.pre : s.bias ? s.bias->f32() : nullptr;
@@ -278,11 +279,23 @@ void lstm_step_panels_x4(const StepArgs& s, uint32_t p) {
     acc[i][1] = init ? _mm512_loadu_ps(init + col + 16) : _mm512_setzero_ps();
   }
   if (!s.pre && s.w_ih) accumulate_lstm<NP>(acc, *s.w_ih, s.x, p);
-  accumulate_lstm<NP>(acc, *s.w_hh, s.h, p);
+}
+
+// The update of panels p .. p+NP-1 from their complete gates.
+template <int NP>
+FERRY_VEC_INLINE void lstm_finish_acc(const __m512 (&acc)[NP][2], const StepArgs& s, uint32_t p) {
 #pragma GCC unroll 8
   for (int i = 0; i < NP; ++i) {
     lstm_finish(lo(acc[i][0]), hi(acc[i][0]), lo(acc[i][1]), hi(acc[i][1]), s.c, s.h_new, p + i, s.hidden);
   }
+}
+
+template <int NP>
+void lstm_step_panels_x4(const StepArgs& s, uint32_t p) {
+  __m512 acc[NP][2];
+  lstm_input_part<NP>(acc, s, p);
+  accumulate_lstm<NP>(acc, *s.w_hh, s.h, p);
+  lstm_finish_acc<NP>(acc, s, p);
 }
 
 // Four panels at a time (8 chains); the rest on the AVX2 code. Below 16
@@ -355,14 +368,7 @@ template <int MR>
 void lstm_panels_x4_project(const StepArgs& s, uint32_t p, const ProjectShare& pr, size_t m0, uint32_t q) {
   constexpr int NP = 4;
   __m512 acc[NP][2];
-#pragma GCC unroll 8
-  for (int i = 0; i < NP; ++i) {
-    const float* init = s.pre ? s.pre : s.bias ? s.bias->f32() : nullptr;
-    const size_t col = (size_t{p} + i) * 32;
-    acc[i][0] = init ? _mm512_loadu_ps(init + col) : _mm512_setzero_ps();
-    acc[i][1] = init ? _mm512_loadu_ps(init + col + 16) : _mm512_setzero_ps();
-  }
-  if (!s.pre && s.w_ih) accumulate_lstm<NP>(acc, *s.w_ih, s.x, p);
+  lstm_input_part<NP>(acc, s, p);
   __m512 pa[MR];
 #pragma GCC unroll 8
   for (int m = 0; m < MR; ++m) pa[m] = pr.bias ? _mm512_loadu_ps(pr.bias->f32() + size_t{q} * 8) : _mm512_setzero_ps();
@@ -402,10 +408,7 @@ void lstm_panels_x4_project(const StepArgs& s, uint32_t p, const ProjectShare& p
   for (uint32_t j = k; j < kx; ++j) project_k(j);
 #pragma GCC unroll 8
   for (int m = 0; m < MR; ++m) _mm512_storeu_ps(pr.c + (m0 + m) * pr.ldc + size_t{q} * 8, pa[m]);
-#pragma GCC unroll 8
-  for (int i = 0; i < NP; ++i) {
-    lstm_finish(lo(acc[i][0]), hi(acc[i][0]), lo(acc[i][1]), hi(acc[i][1]), s.c, s.h_new, p + i, s.hidden);
-  }
+  lstm_finish_acc<NP>(acc, s, p);
 }
 
 // The step of lstm_step_1x32 over every panel (groups of 4 from the end
