@@ -326,6 +326,67 @@ void panel_step(const CellRun& r, size_t t, size_t t_lo, float* gates, bool fuse
   }
 }
 
+// The chunks of one (layer, direction) on a kPanels set: per chunk, the
+// input projection, then the steps.
+void panel_chunks(const CellRun& r, uint32_t cell_index) {
+  ferry_session* s = r.s;
+  const CpuSession* cpu = cpu_of(s);
+  const KernelSet* k = r.k;
+  const int kind = r.kind;
+  const Layer& layer = *r.layer;
+  const size_t T = r.T, B = r.B, chunk = cpu->chunk_steps, in_w = r.in_w;
+  const uint32_t d = r.d, cols = r.cols;
+  const float* in = r.in;
+  const int32_t* lengths = r.lengths;
+  // A chunk of one step (a lone step of one sample; a batch of
+  // kChunkRows rows or more, or one step of a batch) has no input
+  // projection to share between steps: its step kernel computes the
+  // input part itself, in the same chain (for a batch of at least
+  // kBatchStepMinRows, where the set has batch_step), unless the
+  // xnnpack backend is to compute it.
+  const auto fuses_input = [&](size_t n) {
+    return n == 1 && (B == 1 || (B >= kBatchStepMinRows && k->batch_step[kind])) &&
+           !(cpu->xnn_cell[cell_index] && cpu->xnn_always);
+  };
+  // One sample on one thread over large weights: each chunk's steps
+  // compute the next chunk's projection, a share per step, into the
+  // other gate buffer (project_overlaps; every step runs, as no length
+  // ends the sample early).
+  const bool overlap = cpu->gates_next && B == 1 && !lengths && cpu->threads == 1 &&
+                       project_overlaps(k, kind, *r.cell, cpu->xnn_cell[cell_index]);
+  float* gates = cpu->gates;
+  float* gates_next = cpu->gates_next;
+  bool projected = false;  // `gates` already holds this chunk's input parts
+  for (size_t done = 0; done < T; done += chunk) {
+    const size_t n = T - done < chunk ? T - done : chunk;
+    const size_t t_lo = d == 0 ? done : T - done - n;  // the chunk is times [t_lo, t_lo + n)
+    const bool fuse_input = fuses_input(n);
+    if (!fuse_input && !projected) {
+      input_projection(s, k, cell_index, layer, in + t_lo * B * in_w, n * B, gates);
+    }
+    const size_t left = T - done - n, n_next = left < chunk ? left : chunk;
+    const bool sharing = overlap && n_next > 0 && !fuses_input(n_next);
+    kernels::ProjectShare share{};
+    if (sharing) {  // the next chunk is times [t_next, t_next + n_next)
+      const size_t t_next = d == 0 ? done + n : left - n_next;
+      const Weight* bias = r.cell->bias ? &r.cell->bias : nullptr;
+      share = kernels::ProjectShare{&r.cell->w_ih, in + t_next * in_w, in_w, bias, gates_next, cols, n_next, 0,
+                                    static_cast<uint32_t>(n)};
+    }
+    for (size_t i = 0; i < n; ++i) {
+      const size_t t = d == 0 ? t_lo + i : t_lo + n - 1 - i;
+      share.share = static_cast<uint32_t>(i);
+      panel_step(r, t, t_lo, gates, fuse_input, i == 0 && done == 0, done + i + 1 == T, sharing ? &share : nullptr);
+    }
+    projected = sharing;
+    if (sharing) {
+      float* g = gates;
+      gates = gates_next;
+      gates_next = g;
+    }
+  }
+}
+
 // A lone step (T == 1, B == 1) of a layer whose cells were prepared: per
 // cell, lone_cell_step; multi-layer modules ping-pong between the buffers.
 float* lone_step(ferry_session* s, const Layer& layer, float* in, float* out) {
@@ -414,7 +475,6 @@ float* run_recurrent(ferry_session* s, uint32_t layer_index, float* in, float* o
   if (T == 1 && B == 1 && cpu->lone && cpu->lone[layer.first_cell].k) return lone_step(s, layer, in, out);
   const KernelSet* k = cpu->kernels.layer(layer_index);
   const bool panels = k->strategy == kernels::StepStrategy::kPanels;
-  const size_t chunk = panels ? cpu->chunk_steps : T;
   const int kind = kernels::kind_index(cell_kind(layer.op));
   const uint32_t cols = layout::gate_row_floats(layer.gates, layer.hidden);
   const uint32_t n_panels = layout::panels_of(layer.hidden);
@@ -426,57 +486,10 @@ float* run_recurrent(ferry_session* s, uint32_t layer_index, float* in, float* o
       const uint32_t cell_index = layer.first_cell + ci;
       const CellRun r{s,   &layer, &m->cells[cell_index], k,    kind,     ci,   d,   in,
                       in_w, out,   T,   B,   lengths, cols, n_panels, tile, size_t{cols} * layer.h_out};
-      // A chunk of one step (a lone step of one sample; a batch of
-      // kChunkRows rows or more, or one step of a batch) has no input
-      // projection to share between steps: its step kernel computes the
-      // input part itself, in the same chain (for a batch of at least
-      // kBatchStepMinRows, where the set has batch_step), unless the
-      // xnnpack backend is to compute it.
-      const auto fuses_input = [&](size_t n) {
-        return panels && n == 1 && (B == 1 || (B >= kBatchStepMinRows && k->batch_step[kind])) &&
-               !(cpu->xnn_cell[cell_index] && cpu->xnn_always);
-      };
-      // One sample on one thread over large weights: each chunk's steps
-      // compute the next chunk's projection, a share per step, into the
-      // other gate buffer (project_overlaps; every step runs, as no length
-      // ends the sample early).
-      const bool overlap = panels && cpu->gates_next && B == 1 && !lengths && cpu->threads == 1 &&
-                           project_overlaps(k, kind, *r.cell, cpu->xnn_cell[cell_index]);
-      float* gates = cpu->gates;
-      float* gates_next = cpu->gates_next;
-      bool projected = false;  // `gates` already holds this chunk's input parts
-      for (size_t done = 0; done < T; done += chunk) {
-        const size_t n = T - done < chunk ? T - done : chunk;
-        const size_t t_lo = d == 0 ? done : T - done - n;  // the chunk is times [t_lo, t_lo + n)
-        const bool fuse_input = fuses_input(n);
-        if (panels && !fuse_input && !projected) {
-          input_projection(s, k, cell_index, layer, in + t_lo * B * in_w, n * B, gates);
-        }
-        const size_t left = T - done - n, n_next = left < chunk ? left : chunk;
-        const bool sharing = overlap && n_next > 0 && !fuses_input(n_next);
-        kernels::ProjectShare share{};
-        if (sharing) {  // the next chunk is times [t_next, t_next + n_next)
-          const size_t t_next = d == 0 ? done + n : left - n_next;
-          share = kernels::ProjectShare{&r.cell->w_ih, in + t_next * in_w,    in_w, r.cell->bias ? &r.cell->bias : nullptr,
-                                        gates_next,    cols,                  n_next, 0,
-                                        static_cast<uint32_t>(n)};
-        }
-        for (size_t i = 0; i < n; ++i) {
-          const size_t t = d == 0 ? t_lo + i : t_lo + n - 1 - i;
-          if (panels) {
-            share.share = static_cast<uint32_t>(i);
-            panel_step(r, t, t_lo, gates, fuse_input, i == 0 && done == 0, done + i + 1 == T,
-                       sharing ? &share : nullptr);
-          } else {
-            per_sample_step(r, t);
-          }
-        }
-        projected = sharing;
-        if (sharing) {
-          float* g = gates;
-          gates = gates_next;
-          gates_next = g;
-        }
+      if (panels) {
+        panel_chunks(r, cell_index);
+      } else {  // kPerSample: the whole sequence is one chunk
+        for (size_t i = 0; i < T; ++i) per_sample_step(r, d == 0 ? i : T - 1 - i);
       }
     }
     if (kl + 1 < layer.num_layers) {
