@@ -83,22 +83,29 @@ FERRY_VEC_INLINE void accumulate_rows(__m512 (&acc)[MR][NZ], const Weight& weigh
   }
 }
 
+// f(std::integral_constant<int, MR>()) for MR = rows (1 to 8; nothing for 0).
+template <typename F>
+FERRY_VEC_INLINE void with_rows(size_t rows, F&& f) {
+  switch (rows) {
+    case 8: f(std::integral_constant<int, 8>()); break;
+    case 7: f(std::integral_constant<int, 7>()); break;
+    case 6: f(std::integral_constant<int, 6>()); break;
+    case 5: f(std::integral_constant<int, 5>()); break;
+    case 4: f(std::integral_constant<int, 4>()); break;
+    case 3: f(std::integral_constant<int, 3>()); break;
+    case 2: f(std::integral_constant<int, 2>()); break;
+    case 1: f(std::integral_constant<int, 1>()); break;
+    default: break;
+  }
+}
+
 // Rows [m0, m1) in tiles of 8, then one tile of the rest:
 // f(std::integral_constant<int, MR>(), first row) per tile.
 template <typename F>
 FERRY_VEC_INLINE void row_tiles(size_t m0, size_t m1, F&& f) {
   size_t m = m0;
   for (; m + 8 <= m1; m += 8) f(std::integral_constant<int, 8>(), m);
-  switch (m1 - m) {
-    case 7: f(std::integral_constant<int, 7>(), m); break;
-    case 6: f(std::integral_constant<int, 6>(), m); break;
-    case 5: f(std::integral_constant<int, 5>(), m); break;
-    case 4: f(std::integral_constant<int, 4>(), m); break;
-    case 3: f(std::integral_constant<int, 3>(), m); break;
-    case 2: f(std::integral_constant<int, 2>(), m); break;
-    case 1: f(std::integral_constant<int, 1>(), m); break;
-    default: break;
-  }
+  with_rows(m1 - m, [&](auto mr) { f(mr, m); });
 }
 
 // MR rows x NZ zmm (2*NZ vectors starting at the even vector q0).
@@ -317,22 +324,6 @@ void lstm_step_1x32(const StepArgs& s, uint32_t p0, uint32_t p1) {
 
 // ------------------------------------------ steps with a projection share --
 
-// f(std::integral_constant<int, MR>()) for MR = rows (1 to 8).
-template <typename F>
-FERRY_VEC_INLINE void with_rows(size_t rows, F&& f) {
-  switch (rows) {
-    case 8: f(std::integral_constant<int, 8>()); break;
-    case 7: f(std::integral_constant<int, 7>()); break;
-    case 6: f(std::integral_constant<int, 6>()); break;
-    case 5: f(std::integral_constant<int, 5>()); break;
-    case 4: f(std::integral_constant<int, 4>()); break;
-    case 3: f(std::integral_constant<int, 3>()); break;
-    case 2: f(std::integral_constant<int, 2>()); break;
-    case 1: f(std::integral_constant<int, 1>()); break;
-    default: break;
-  }
-}
-
 // The tiles of a projection share: rows in blocks of 8 (the last may be
 // shorter) times one zmm of W (2 vectors), numbered zmm-major, so that the
 // consecutive tiles of one share read the same slice of W (16 KiB at K 256)
@@ -351,12 +342,19 @@ ShareTiles share_tiles(const ProjectShare& pr, uint32_t vectors) {
   return t;
 }
 
+// Tile i: its first row m0 and its first vector q (even);
+// f(std::integral_constant<int, MR>(), m0, q) with MR its rows.
+template <typename F>
+FERRY_VEC_INLINE void with_tile(const ProjectShare& pr, const ShareTiles& t, size_t i, F&& f) {
+  const size_t m0 = i % t.row_blocks * 8;
+  const uint32_t q = static_cast<uint32_t>(i / t.row_blocks) * 2;
+  with_rows(pr.rows - m0 < 8 ? pr.rows - m0 : 8, [&](auto mr) { f(mr, m0, q); });
+}
+
 // Tile i alone (gemm_panel8_8x32's tile).
 void share_tile(const ProjectShare& pr, const ShareTiles& t, size_t i) {
   const GemmArgs g{pr.w, pr.a, pr.lda, pr.bias, nullptr, pr.c, pr.ldc, layout::gate_row_floats(pr.w->gates, pr.w->units)};
-  const size_t m0 = i % t.row_blocks * 8;
-  const uint32_t q = static_cast<uint32_t>(i / t.row_blocks) * 2;
-  with_rows(pr.rows - m0 < 8 ? pr.rows - m0 : 8, [&](auto mr) { tile<decltype(mr)::value, 1>(g, m0, q); });
+  with_tile(pr, t, i, [&](auto mr, size_t m0, uint32_t q) { tile<decltype(mr)::value, 1>(g, m0, q); });
 }
 
 // Four LSTM panels of the step (lstm_step_panels_x4<4>) and the MR x 1-zmm
@@ -433,10 +431,9 @@ void lstm_step_project(const StepArgs& s, const ProjectShare& pr, uint32_t panel
       lstm_step_panels_x4<4>(s, p0);
       return;
     }
-    const size_t m0 = b % t.row_blocks * 8;
-    const uint32_t q = static_cast<uint32_t>(b / t.row_blocks) * 2;
-    with_rows(pr.rows - m0 < 8 ? pr.rows - m0 : 8,
-              [&](auto mr) { lstm_panels_x4_project<decltype(mr)::value>(s, p0, pr, m0, q); });
+    with_tile(pr, t, b, [&](auto mr, size_t m0, uint32_t q) {
+      lstm_panels_x4_project<decltype(mr)::value>(s, p0, pr, m0, q);
+    });
     for (size_t i = b + 1; i < e; ++i) share_tile(pr, t, i);
   };
   if (!reverse) {
