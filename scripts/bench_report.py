@@ -56,8 +56,9 @@ def rows_of(data):
 
 def table(data):
     lines = [
-        f"Machine: {data.get('machine', '?')}, backend {data.get('backend', 'auto')}, one thread; "
-        f"FMA peak {data.get('fma_peak_gflops', 0):.1f} GFLOP/s. Medians of thread CPU time.",
+        f"Machine: {data.get('machine', '?')}, backend {data.get('backend', 'auto')}, one thread (rows naming "
+        f"threads: a pool of that many, timed by the wall clock, floors per core); "
+        f"FMA peak {data.get('fma_peak_gflops', 0):.1f} GFLOP/s per core. Medians of thread CPU time.",
         "",
         "| workload | ferry | libtorch | libtorch / ferry | floor | fraction of floor | max abs diff |",
         "|---|---|---|---|---|---|---|",

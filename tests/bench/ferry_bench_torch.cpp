@@ -8,7 +8,10 @@
 //   W1  streaming, batch 1, one time step per call with the state carried:
 //       LSTM input = hidden = H for H in {16, 64, 256, 1024}; GRU for H in
 //       {16, 64, 256}. libtorch: module->forward on [1, 1, H] with (h, c).
-//   W2  2-layer LSTM, input 32, hidden 256, batch 1, T = 512, whole sequence.
+//   W2  2-layer LSTM, input 32, hidden 256, batch 1, T = 512, whole sequence;
+//       again on 2 threads (ferry: a pool of 2, whose run is a wavefront over
+//       the two layers; libtorch: at::set_num_threads(2), OpenBLAS 2 threads),
+//       timed by the wall clock (a thread's CPU time would count one of them).
 //   W3  1-layer LSTM, input 64, hidden 256, batch 64, T = 128, whole sequence.
 //   W4  a CRNN keyword spotter (issue 12): 40 mel features -> causal
 //       Conv1d(40, 64, k3) -> BatchNorm1d -> ReLU -> causal Conv1d(64, 64, k3)
@@ -110,6 +113,13 @@ std::string loaded_blas() {
   return out.empty() ? "none mapped" : out;
 }
 
+// OpenBLAS's thread count, where its symbols are found.
+void set_openblas_threads(int n) {
+  using set_fn = void (*)(int);
+  auto set = reinterpret_cast<set_fn>(dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
+  if (set) set(n);
+}
+
 // OpenBLAS keeps its own thread pool: one thread, like at::set_num_threads.
 std::string limit_openblas_threads() {
   using set_fn = void (*)(int);
@@ -158,6 +168,7 @@ struct Workload {
   bool gru = false;
   int64_t input = 0, hidden = 0, layers = 1;
   int64_t batch = 1, seq = 1;
+  int threads = 1;      // > 1: both on that many threads, timed by the wall clock
   bool stream = false;  // per-step timing
   bool crnn = false;    // W4: the CRNN keyword spotter (run_crnn), not a plain LSTM/GRU
   double target_us = 0;         // the issue's absolute target (Zen3 machine), 0 = none
@@ -195,7 +206,9 @@ struct FerryRunner {
   ferry_session* session = nullptr;
   size_t arena_bytes = 0;
 
-  FerryRunner(const std::vector<uint8_t>& file, ferry_backend backend, size_t batch, size_t seq) {
+  void* pool = nullptr;
+
+  FerryRunner(const std::vector<uint8_t>& file, ferry_backend backend, size_t batch, size_t seq, int threads = 1) {
     storage.resize(file.size() + 64);
     bytes = storage.data() + (64 - reinterpret_cast<uintptr_t>(storage.data()) % 64) % 64;
     std::memcpy(bytes, file.data(), file.size());
@@ -205,6 +218,14 @@ struct FerryRunner {
     o.backend = backend;
     o.max_batch = batch;
     o.max_seq = seq;
+    if (threads > 1) {
+      pool = ferry_threadpool_create(static_cast<size_t>(threads));
+      if (!pool) {
+        std::fprintf(stderr, "ferry_bench_torch: no thread pool in this build\n");
+        std::exit(1);
+      }
+      o.threadpool = pool;
+    }
     check(ferry_session_arena_size(model, &o, &arena_bytes));
     arena = std::aligned_alloc(64, (arena_bytes + 63) / 64 * 64);
     check(ferry_session_init(model, &o, arena, arena_bytes, &session));
@@ -212,6 +233,7 @@ struct FerryRunner {
   ~FerryRunner() {
     std::free(arena);
     ferry_model_free(model);
+    if (pool) ferry_threadpool_destroy(pool);
   }
   static void check(ferry_status s) {
     if (s != FERRY_OK) {
@@ -298,7 +320,9 @@ Result run_workload(const Workload& w, const Options& opt, double peak_macs_per_
   }
   module->eval();
   const std::vector<uint8_t> file = convert_with_ferry(*module, w.gru ? "gru" : "lstm", w.gru, dir);
-  FerryRunner fr(file, opt.backend, w.batch, w.stream ? 1 : w.seq);
+  FerryRunner fr(file, opt.backend, w.batch, w.stream ? 1 : w.seq, w.threads);
+  at::set_num_threads(w.threads);
+  set_openblas_threads(w.threads);
 
   // Inputs: [T, B, I] time-major, the same floats for both.
   const int64_t T = w.stream ? 64 : w.seq;
@@ -391,6 +415,18 @@ Result run_workload(const Workload& w, const Options& opt, double peak_macs_per_
 
   const double units = w.stream ? static_cast<double>(T * reps) : 1.0;
   time_alternating(r, opt, units, reset, ferry_sample, torch_sample, stream_sample);
+  at::set_num_threads(1);
+  set_openblas_threads(1);
+  if (w.threads > 1) {
+    // Several threads: the wall clock. The ceilings per core: each core
+    // streams the W_hh of its own layers (ferry's wavefront gives each
+    // thread a layer) and has its own FMA units.
+    r.ferry_us = r.ferry_wall_us;
+    r.torch_us = r.torch_wall_us;
+    const int64_t cores = std::min<int64_t>(w.threads, w.layers);
+    r.stream_bound_us = r.stream_bound_us / static_cast<double>(cores) *
+                        static_cast<double>((w.layers + cores - 1) / cores);
+  }
 
   const double per_step_macs = [&] {
     double m = 0;
@@ -399,7 +435,7 @@ Result run_workload(const Workload& w, const Options& opt, double peak_macs_per_
     return m * w.batch;
   }();
   r.macs = per_step_macs * (w.stream ? 1 : T);
-  r.compute_bound_us = peak_macs_per_s > 0 ? r.macs / peak_macs_per_s * 1e6 : 0;
+  r.compute_bound_us = peak_macs_per_s > 0 ? r.macs / (peak_macs_per_s * w.threads) * 1e6 : 0;
   return r;
 }
 
@@ -664,6 +700,10 @@ int main(int argc, char** argv) {
     w.target_us = 18000;
     w.target_ratio = 8;
     all.push_back(w);
+    w.name = "W2 LSTM 2x256 T=512, 2 threads";
+    w.threads = 2;
+    w.target_us = w.target_ratio = 0;
+    all.push_back(w);
   }
   {
     Workload w;
@@ -700,7 +740,7 @@ int main(int argc, char** argv) {
 #elif defined(__aarch64__)
   table = "neon";
 #endif
-  std::printf("ferry     %s, backend %s, single thread; SIMD table on this CPU: %s\n", ferry_version(),
+  std::printf("ferry     %s, backend %s, single thread (rows marked threads: a pool); SIMD table on this CPU: %s\n", ferry_version(),
               opt.backend_name.c_str(), table);
   std::printf("ceiling   FMA peak, 1 core: AVX2+FMA %.1f GFLOP/s", 2 * peak256 / 1e9);
   if (peak512 > 0) std::printf(", AVX-512 %.1f GFLOP/s (the ceiling used: ferry's GEMM runs AVX-512 here)", 2 * peak512 / 1e9);
@@ -721,7 +761,8 @@ int main(int argc, char** argv) {
   }
   rmdir(dir);
 
-  std::printf("Times: medians of thread CPU time (wall-clock medians in the last column).\n\n");
+  std::printf("Times: medians of thread CPU time (wall-clock medians in the last column; rows on several threads: "
+              "wall clock in every column).\n\n");
   std::printf("| workload | ferry | libtorch | libtorch / ferry | max abs diff | FMA-peak time | weight-stream time | fraction of ceiling | target | wall: ferry / libtorch |\n");
   std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
   for (const Result& r : results) {
@@ -772,6 +813,7 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < results.size(); ++i) {
       const Result& r = results[i];
       f << (i ? ", " : "") << "{\"name\": \"" << r.w.name << "\", \"per_step\": " << (r.w.stream ? "true" : "false")
+        << ", \"threads\": " << r.w.threads
         << ", \"ferry_us\": " << r.ferry_us << ", \"torch_us\": " << r.torch_us
         << ", \"ferry_wall_us\": " << r.ferry_wall_us << ", \"torch_wall_us\": " << r.torch_wall_us
         << ", \"max_abs_diff\": " << r.max_abs_diff << ", \"fma_peak_us\": " << r.compute_bound_us

@@ -422,6 +422,16 @@ TEST_P(BackendTest, ResultsDoNotDependOnThreadCount) {
       // (step_project), two and three threads before them.
       {LayerOp::LSTM, 24, 128, 0, 1, false, true, false, "", 0, 1, 70, false},
       {LayerOp::LSTM, 40, 128, 32, 2, true, true, true, "last>fc", 9, 16, 3, true},
+      // One sample through stacked layers, several chunks: on two threads or
+      // more a wavefront over the layers (one runner per layer, chunk by
+      // chunk). Three layers on two threads (one runner takes the first and
+      // the third), with step_project on one thread and in the wavefront
+      // (W_hh of 256 KiB: a layer then waits for two chunks of the one
+      // below), ending in a chunk of one step (in place: not fused); a GRU with lengths (no step_project); an RNN too small to
+      // wake the pool (one runner takes every layer).
+      {LayerOp::LSTM, 24, 128, 0, 3, false, true, false, "", 0, 1, 129, false},
+      {LayerOp::GRU, 20, 48, 0, 2, false, true, true, "last>fc", 3, 1, 130, true},
+      {LayerOp::RNN_TANH, 6, 10, 0, 2, false, true, false, "", 0, 1, 70, false},
       {LayerOp::GRU, 30, 96, 0, 1, false, true, false, "fc", 20, 8, 3, false},
       {LayerOp::GRU, 30, 200, 0, 1, false, true, false, "", 0, 1, 4, false},  // one thread: alternating order
       {LayerOp::RNN_TANH, 64, 400, 0, 1, false, true, false, "", 0, 1, 3, false},
@@ -461,13 +471,19 @@ TEST_P(BackendTest, ArenaSizeIsExact) {
       {LayerOp::LSTM, 6, 20, 11, 2, true, true, false, "last>fc", 3, 3, 9, false},
       {LayerOp::GRU, 11, 24, 0, 2, false, true, true, "fc", 4, 2, 40, false},  // 80 rows: XNNPACK in auto
       {LayerOp::LSTM, 8, 128, 0, 1, false, true, false, "", 0, 1, 65, false},  // a second gate buffer (step_project)
+      // On two threads: a wavefront's buffers (two runners' gate rows, twice
+      // for step_project).
+      {LayerOp::LSTM, 8, 128, 0, 2, false, true, false, "", 0, 1, 65, false},
   };
+  void* pool = ferry_threadpool_create(2);
   uint32_t seed = 200;
   for (const Shape& shape : shapes) {
     const Case c = generated_case(shape, seed++);
     SCOPED_TRACE(c.name);
     Model m(c.bytes);
-    const ferry_session_options o = session_options(GetParam(), c.batch, c.seq);
+    const bool threaded = shape.layers == 2 && shape.seq == 65;
+    if (threaded && !pool) continue;  // built without pthreadpool
+    const ferry_session_options o = session_options(GetParam(), c.batch, c.seq, threaded ? pool : nullptr);
     size_t need = 0;
     ASSERT_EQ(ferry_session_arena_size(m.model, &o, &need), FERRY_OK) << ferry_last_error();
     AlignedBuffer arena(need);
@@ -484,6 +500,7 @@ TEST_P(BackendTest, ArenaSizeIsExact) {
     EXPECT_EQ(ferry_run(s, c.input.data(), c.batch, c.seq, nullptr, y.data(), y.size()), FERRY_OK);
     ferry_session_release(s);
   }
+  if (pool) ferry_threadpool_destroy(pool);
 }
 
 // NaN and infinities in the input: no crash, no error, no hang; the state

@@ -225,7 +225,9 @@ typedef struct ferry_session_options {
   /* Optional (NULL: everything runs on the calling thread): a pthreadpool_t
    * (<pthreadpool.h>) that ferry_run and ferry_step spread their work over.
    * Owned by the caller; must outlive the session; one session uses it from
-   * one thread at a time. Work is split over outputs, never inside a sum, so
+   * one thread at a time. Work is split over outputs, never inside a sum
+   * (a one-sample run through stacked LSTM / GRU / RNN layers: over the
+   * layers, each a thread, a chunk of steps behind the one below), so
    * results are identical for any number of threads. Worker threads flush
    * denormals for the duration of the work, like the calling thread. The
    * CUDA backend does not use it. */

@@ -4,6 +4,8 @@
 
 #ifdef FERRY_HAVE_PTHREADPOOL
 #include <pthreadpool.h>
+
+#include <thread>
 #endif
 
 namespace ferry {
@@ -55,6 +57,12 @@ size_t pool_threads(void* pool) {
 #else
   (void)pool;
   return 1;
+#endif
+}
+
+void yield_thread() {
+#ifdef FERRY_HAVE_PTHREADPOOL
+  std::this_thread::yield();
 #endif
 }
 

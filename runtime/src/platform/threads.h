@@ -21,4 +21,15 @@ size_t pool_threads(void* pool);
 // Whether this build can use a pool at all.
 bool threads_supported();
 
+// Waiting on another thread of a pool: a pause hint per turn of a short
+// spin, and, for a longer wait, the core given back to the OS.
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__) || defined(__arm__)
+  __asm__ __volatile__("yield");
+#endif
+}
+void yield_thread();
+
 }  // namespace ferry

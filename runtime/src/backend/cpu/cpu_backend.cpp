@@ -4,14 +4,15 @@
 // Arena layout (one plan, used both for the size and by init, so the size
 // reported is exact):
 //   [ferry_session][CpuSession][state][act A][act B][scratch][gates][gates_next][gates_rec][h_new][h_proj]
-//   ...[qact][qscales]
+//   ...[wave_gates][qact][qscales]
 //   ...[slots][patches][lone][program][xnnpack]
 // each region FERRY_ALIGNMENT-aligned and present only when the session's
 // kernel sets need it. `state` is the recurrent state of every recurrent
 // layer for max_batch samples (persistent); act A/B are ping-pong activation
 // buffers of max_seq*max_batch*max_features floats, time-major [T][B][F];
 // `scratch` is the kPerSample sets' per-step gate values; gates..h_proj are
-// the kPanels sets' (cpu_backend.h); qact / qscales the quantized A rows of
+// the kPanels sets' (cpu_backend.h); wave_gates a wavefront's gate rows (on a pool
+// of two or more threads, layer_wavefronts); qact / qscales the quantized A rows of
 // i8 / i4 layers (kernels/kernel_set.h, "Activations"); `xnnpack` holds the XNNPACK operators
 // and their packed weights. At init, before anything has run, the span from
 // act A on doubles as XNNPACK's packing scratch (extended if it is larger).
@@ -39,7 +40,7 @@ static_assert(sizeof(CpuSession) <= kCpuControlBytes, "CpuSession outgrew its co
 struct Regions {
   size_t control = 0, state = 0, act_a = 0, act_b = 0, scratch = 0, gates = 0, gates_next = 0, gates_rec = 0,
          h_new = 0,
-         h_proj = 0, slots = 0, patches = 0, lone = 0, program = 0, qact = 0, qscales = 0;
+         h_proj = 0, wave_gates = 0, slots = 0, patches = 0, lone = 0, program = 0, qact = 0, qscales = 0;
   size_t q_rows = 0, q_ld = 0;
   size_t slot_floats = 0;
   size_t xnn = 0, xnn_bytes = 0;
@@ -69,6 +70,9 @@ ferry_status plan_regions(const ferry_model* m, const SessionConfig& o, const Ke
     if (c.any_panel_gru) r->gates_rec = optional_region(arena, B, cols);
     r->h_new = optional_region(arena, B, m->max_hidden);
     if (c.any_panel_projection) r->h_proj = optional_region(arena, B, m->max_h_out);
+  }
+  if (c.wave_runners) {
+    r->wave_gates = optional_region(arena, c.wave_runners * (c.wave_overlap ? 2 : 1), r->chunk_steps, cols);
   }
   quantized_rows_needed(m, c, B, B * r->chunk_steps, &r->q_rows, &r->q_ld);
   if (r->q_rows) {
@@ -148,6 +152,9 @@ ferry_status init(ferry_session* s, const SessionConfig& config, uint8_t* base) 
   cpu->gates_rec = region(r.gates_rec);
   cpu->h_new = region(r.h_new);
   cpu->h_proj = region(r.h_proj);
+  cpu->wave_gates = region(r.wave_gates);
+  cpu->wave_runners = r.wave_gates ? choice.wave_runners : 0;
+  cpu->wave_overlap = choice.wave_overlap;
   cpu->slots = region(r.slots);
   cpu->patches = region(r.patches);
   cpu->slot_floats = r.slot_floats;

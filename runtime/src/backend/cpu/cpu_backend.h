@@ -76,6 +76,18 @@ constexpr size_t kBatchStepMinRows = 8;
 // us, LSTM(128, 128) 1,779 / 2,022, LSTM(96, 192) 3,453 / 3,720, W2 13.02 /
 // 13.87 ms.
 constexpr uint64_t kProjectOverlapMinBytes = 256 * 1024;
+// A one-sample run through stacked layers on two or more threads runs as a
+// wavefront over the layers (each runner a layer, meeting once per chunk)
+// when every W_hh is below this size; larger ones split each step's panels
+// between the threads instead, which halves the weights each core streams
+// per step (so that more of them stay in its cache) at the price of
+// meeting once per step. Zen 4, 1 MiB L2 per core, 2 threads, 2-layer LSTM,
+// T 512, `ferry bench --threads 2` alternating with the panel split: W2 (H
+// 256, W_hh 1 MiB) 8.9-9.2 ms against 12.3-12.7; H 384 (2.25 MiB) 23.1-27.1
+// against 34.5-35.9; H 448 (3.06 MiB) 31.3-35.0 against 33.2-44.9; H 512
+// (4 MiB) 41.0-42.3 against 33.7-53.6 (the split's spread is wide; its
+// best runs are the faster).
+constexpr uint64_t kWavefrontMaxBytes = 4 * 1024 * 1024;
 // Output rows (steps x batch) a Conv1d computes per GEMM call: its patches
 // (im2col rows) are gathered this many at a time.
 constexpr size_t kConvRows = 64;
@@ -104,6 +116,8 @@ struct KernelChoice {
   bool any_panel_projection = false;
   bool any_xnnpack = false;
   bool any_project_overlap = false;   // some cell may compute projections in its steps (project_overlaps)
+  uint32_t wave_runners = 0;          // threads a wavefront runs on (layer_wavefronts), 0: none
+  bool wave_overlap = false;          // some cell of such a module has project_overlaps
 };
 
 ferry_status choose_kernels(const ferry_model* m, const SessionConfig& config, KernelChoice* out);
@@ -112,6 +126,13 @@ ferry_status choose_kernels(const ferry_model* m, const SessionConfig& config, K
 // projection inside its steps (kProjectOverlapMinBytes): the set has
 // step_project for the kind, XNNPACK does not take the cell's projections.
 bool project_overlaps(const kernels::KernelSet* k, int kind, const Cell& cell, bool xnn_cell);
+
+// Whether a one-sample run of the recurrent module `l` on a pool of two or
+// more threads runs as a wavefront over its layers (recurrent.cpp): a
+// kPanels set that does not quantize its inputs, two or more layers, one
+// direction, no projection (proj_size), no XNNPACK (`xnn`), every W_hh
+// below kWavefrontMaxBytes.
+bool layer_wavefronts(const ferry_model* m, const kernels::KernelSet* k, const Layer& l, bool xnn);
 
 // Time steps per input-projection chunk for `max_batch` rows per step.
 size_t chunk_steps(size_t max_batch, size_t max_seq);
@@ -142,6 +163,8 @@ struct CpuSession {
   size_t threads;    // of the pool; 1 without
   LayerKernels kernels;
   bool xnn_always;   // KernelChoice::xnn_always
+  bool wave_overlap;      // KernelChoice::wave_overlap (beside xnn_always: the control block's size is fixed)
+  uint32_t wave_runners;  // runners a wavefront may take (KernelChoice), 0 when wave_gates is null
   float* state;      // per layer: h [cells][max_batch][h_out], then c [cells][max_batch][H]
   float* act[2];     // ping-pong activations [T][B][F]
   float* scratch;    // kPerSample: per-step gate values of one sample
@@ -151,6 +174,10 @@ struct CpuSession {
   float* gates_rec;  // GRU batched: [max_batch][max_gate_cols] recurrent parts
   float* h_new;      // [max_batch][max_hidden]: hidden after a step
   float* h_proj;     // [max_batch][max_h_out]: projected hidden (LSTM proj)
+  // Wavefront (layer_wavefronts; null when no module takes one): per runner
+  // its gate rows (chunk_steps x max_gate_cols floats, twice when
+  // wave_overlap: the next chunk's beside them).
+  float* wave_gates;
   LoneStep* lone;    // [num_cells] when the model streams and a cell runs on a kPanels set, else null
   StepProgram* program;  // ferry_step of one sample, when the model streams and every layer allows it
   float* slots;      // residual slots (Save / Add): [num_slots][steps][max_batch][max_features]

@@ -45,6 +45,17 @@ bool project_overlaps(const kernels::KernelSet* k, int kind, const Cell& cell, b
   return k->step_project[kind] && !xnn_cell && cell.w_hh.bytes() >= kProjectOverlapMinBytes;
 }
 
+bool layer_wavefronts(const ferry_model* m, const kernels::KernelSet* k, const Layer& l, bool xnn) {
+  if (!op_is_recurrent(l.op) || k->strategy != kernels::StepStrategy::kPanels || k->quantize_rows ||
+      l.num_layers < 2 || l.dirs != 1 || l.h_out != l.hidden || xnn) {
+    return false;
+  }
+  for (uint32_t i = 0; i < l.num_layers; ++i) {
+    if (m->cells[l.first_cell + i].w_hh.bytes() >= kWavefrontMaxBytes) return false;
+  }
+  return true;
+}
+
 uint32_t max_gate_cols(const ferry_model* m) {
   uint32_t most = 0;
   for (uint32_t i = 0; i < m->num_layers; ++i) {
@@ -123,8 +134,20 @@ ferry_status choose_kernels(const ferry_model* m, const SessionConfig& config, K
       const bool xnn = xnn_ok && (c->xnn_always || (auto_xnn && chunk_rows >= kXnnpackMinRows));
       for (uint32_t k = 0; k < l.num_layers * l.dirs; ++k) c->xnn_cell[l.first_cell + k] = xnn;
       c->any_xnnpack = c->any_xnnpack || xnn;
+      const size_t threads = pool_threads(config.threadpool);
+      const bool chunks = config.max_seq > chunk_steps(config.max_batch, config.max_seq);
+      // A wavefront over this module's layers, one runner per layer at a
+      // time (recurrent.cpp), for one-sample runs of more than one chunk.
+      if (threads >= 2 && chunks && layer_wavefronts(m, set, l, xnn)) {
+        const uint32_t runners = l.num_layers < threads ? l.num_layers : static_cast<uint32_t>(threads);
+        if (runners > c->wave_runners) c->wave_runners = runners;
+        const int kind = kernels::kind_index(cell_kind(l.op));
+        for (uint32_t k = 0; k < l.num_layers; ++k) {
+          c->wave_overlap = c->wave_overlap || project_overlaps(set, kind, m->cells[l.first_cell + k], xnn);
+        }
+      }
       // A second chunk of gate rows, for runs of more than one chunk on one thread.
-      if (panels && pool_threads(config.threadpool) == 1 && config.max_seq > chunk_steps(config.max_batch, config.max_seq)) {
+      if (panels && threads == 1 && chunks) {
         const int kind = kernels::kind_index(cell_kind(l.op));
         for (uint32_t k = 0; k < l.num_layers * l.dirs; ++k) {
           c->any_project_overlap =

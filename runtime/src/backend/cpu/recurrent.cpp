@@ -29,7 +29,13 @@
 //      the output.
 //   Every gate is one FMA chain, so chunking, fusing and threading never
 //   change a bit: ferry_step gives exactly what ferry_run gives.
+//
+// On a pool of two or more threads, a one-sample run through a module of
+// stacked layers is a wavefront over them (run_wavefront, below): each
+// layer's chunks run on one thread, a chunk behind the layer below.
 #include <string.h>
+
+#include <atomic>
 
 #include "backend/cpu/cpu_backend.h"
 #include "platform/threads.h"
@@ -63,6 +69,11 @@ struct CellRun {
   uint32_t panels;      // of the hidden units
   size_t tile;          // panels per thread task
   size_t macs_per_row;  // of the recurrent product
+  // One thread does all of this cell's work: the session's pool has one
+  // thread, or a wavefront runs the cell on one of its runners (`wave`:
+  // then no product of it goes to the pool either).
+  bool solo;
+  bool wave;
 };
 
 // ------------------------------------------------------------ kPerSample --
@@ -248,7 +259,7 @@ void panel_step(const CellRun& r, size_t t, size_t t_lo, float* gates, bool fuse
                                 layer.hidden,
                                 layer.op == Op::kRnnRelu};
     if (k->quantize_rows) quantize_step_inputs(s, k, cell, layer, &st.args);
-    if (cpu->threads == 1) {
+    if (r.solo) {
       // The streaming fast path: no pool, no indirection. Large weights
       // alternate their panel order from one time step to the next (t's
       // parity; any sequence of steps alternates).
@@ -326,65 +337,205 @@ void panel_step(const CellRun& r, size_t t, size_t t_lo, float* gates, bool fuse
   }
 }
 
-// The chunks of one (layer, direction) on a kPanels set: per chunk, the
-// input projection, then the steps.
-void panel_chunks(const CellRun& r, uint32_t cell_index) {
-  ferry_session* s = r.s;
-  const CpuSession* cpu = cpu_of(s);
+// The gate buffers of one (layer, direction) running on a kPanels set, from
+// one chunk to the next.
+struct ChunkLoop {
+  float* gates;       // this chunk's input parts
+  float* gates_next;  // the next chunk's, while the steps compute them (overlap), or null
+  bool overlap;       // the steps compute the next chunk's projection (step_project)
+  bool projected;     // `gates` already holds this chunk's input parts
+};
+
+// A chunk's input projection: on the session's pool (and XNNPACK where
+// chosen), or, on a wavefront's runner, on the calling thread alone.
+void project_chunk(const CellRun& r, uint32_t cell_index, const float* x, size_t rows, float* dst) {
+  if (!r.wave) {
+    input_projection(r.s, r.k, cell_index, *r.layer, x, rows, dst);
+    return;
+  }
+  const Cell& cell = *r.cell;
+  const kernels::GemmArgs g{&cell.w_ih, x, cell.in, cell.bias ? &cell.bias : nullptr, nullptr, dst, r.cols, r.cols};
+  r.k->gemm(g, 0, rows, 0, r.cols / layout::kPanel);
+}
+
+// The chunk of one (layer, direction) that starts `done` steps into its
+// direction: its input projection (unless the chunk before computed it),
+// then its steps.
+void panel_chunk(const CellRun& r, uint32_t cell_index, ChunkLoop* loop, size_t done) {
+  const CpuSession* cpu = cpu_of(r.s);
   const KernelSet* k = r.k;
   const int kind = r.kind;
-  const Layer& layer = *r.layer;
   const size_t T = r.T, B = r.B, chunk = cpu->chunk_steps, in_w = r.in_w;
-  const uint32_t d = r.d, cols = r.cols;
-  const float* in = r.in;
-  const int32_t* lengths = r.lengths;
+  const uint32_t d = r.d;
   // A chunk of one step (a lone step of one sample; a batch of
   // kChunkRows rows or more, or one step of a batch) has no input
   // projection to share between steps: its step kernel computes the
   // input part itself, in the same chain (for a batch of at least
   // kBatchStepMinRows, where the set has batch_step), unless the
   // xnnpack backend is to compute it.
+  // A wavefront's layers above the first run in place (below): their
+  // steps never read the input row they overwrite.
   const auto fuses_input = [&](size_t n) {
     return n == 1 && (B == 1 || (B >= kBatchStepMinRows && k->batch_step[kind])) &&
-           !(cpu->xnn_cell[cell_index] && cpu->xnn_always);
+           !(cpu->xnn_cell[cell_index] && cpu->xnn_always) && !r.wave;
   };
-  // One sample on one thread over large weights: each chunk's steps
-  // compute the next chunk's projection, a share per step, into the
-  // other gate buffer (project_overlaps; every step runs, as no length
-  // ends the sample early).
-  const bool overlap = cpu->gates_next && B == 1 && !lengths && cpu->threads == 1 &&
-                       project_overlaps(k, kind, *r.cell, cpu->xnn_cell[cell_index]);
-  float* gates = cpu->gates;
-  float* gates_next = cpu->gates_next;
-  bool projected = false;  // `gates` already holds this chunk's input parts
-  for (size_t done = 0; done < T; done += chunk) {
-    const size_t n = T - done < chunk ? T - done : chunk;
-    const size_t t_lo = d == 0 ? done : T - done - n;  // the chunk is times [t_lo, t_lo + n)
-    const bool fuse_input = fuses_input(n);
-    if (!fuse_input && !projected) {
-      input_projection(s, k, cell_index, layer, in + t_lo * B * in_w, n * B, gates);
-    }
-    const size_t left = T - done - n, n_next = left < chunk ? left : chunk;
-    const bool sharing = overlap && n_next > 0 && !fuses_input(n_next);
-    kernels::ProjectShare share{};
-    if (sharing) {  // the next chunk is times [t_next, t_next + n_next)
-      const size_t t_next = d == 0 ? done + n : left - n_next;
-      const Weight* bias = r.cell->bias ? &r.cell->bias : nullptr;
-      share = kernels::ProjectShare{&r.cell->w_ih, in + t_next * in_w, in_w, bias, gates_next, cols, n_next, 0,
-                                    static_cast<uint32_t>(n)};
-    }
-    for (size_t i = 0; i < n; ++i) {
-      const size_t t = d == 0 ? t_lo + i : t_lo + n - 1 - i;
-      share.share = static_cast<uint32_t>(i);
-      panel_step(r, t, t_lo, gates, fuse_input, i == 0 && done == 0, done + i + 1 == T, sharing ? &share : nullptr);
-    }
-    projected = sharing;
-    if (sharing) {
-      float* g = gates;
-      gates = gates_next;
-      gates_next = g;
+  const size_t n = T - done < chunk ? T - done : chunk;
+  const size_t t_lo = d == 0 ? done : T - done - n;  // the chunk is times [t_lo, t_lo + n)
+  const bool fuse_input = fuses_input(n);
+  if (!fuse_input && !loop->projected) project_chunk(r, cell_index, r.in + t_lo * B * in_w, n * B, loop->gates);
+  const size_t left = T - done - n, n_next = left < chunk ? left : chunk;
+  const bool sharing = loop->overlap && n_next > 0 && !fuses_input(n_next);
+  kernels::ProjectShare share{};
+  if (sharing) {  // the next chunk is times [t_next, t_next + n_next)
+    const size_t t_next = d == 0 ? done + n : left - n_next;
+    const Weight* bias = r.cell->bias ? &r.cell->bias : nullptr;
+    share = kernels::ProjectShare{&r.cell->w_ih, r.in + t_next * in_w, in_w, bias, loop->gates_next, r.cols,
+                                  n_next,        0,                      static_cast<uint32_t>(n)};
+  }
+  for (size_t i = 0; i < n; ++i) {
+    const size_t t = d == 0 ? t_lo + i : t_lo + n - 1 - i;
+    share.share = static_cast<uint32_t>(i);
+    panel_step(r, t, t_lo, loop->gates, fuse_input, i == 0 && done == 0, done + i + 1 == T, sharing ? &share : nullptr);
+  }
+  loop->projected = sharing;
+  if (sharing) {
+    float* g = loop->gates;
+    loop->gates = loop->gates_next;
+    loop->gates_next = g;
+  }
+}
+
+// Whether the steps of `r` compute each next chunk's projection, with
+// `gates_next` as the second buffer: one sample on one thread over large
+// weights (project_overlaps), and every step runs (no length ends the
+// sample early).
+bool overlaps(const CellRun& r, uint32_t cell_index, const float* gates_next) {
+  return gates_next && r.B == 1 && !r.lengths && r.solo &&
+         project_overlaps(r.k, r.kind, *r.cell, cpu_of(r.s)->xnn_cell[cell_index]);
+}
+
+// The chunks of one (layer, direction) on a kPanels set, in its direction.
+void panel_chunks(const CellRun& r, uint32_t cell_index) {
+  CpuSession* cpu = cpu_of(r.s);
+  ChunkLoop loop{cpu->gates, cpu->gates_next, overlaps(r, cell_index, cpu->gates_next), false};
+  for (size_t done = 0; done < r.T; done += cpu->chunk_steps) panel_chunk(r, cell_index, &loop, done);
+}
+
+// ------------------------------------------------------------ wavefront --
+//
+// A one-sample run of a module of two or more layers, on a pool of two or
+// more threads (layer_wavefronts): each runner (a thread of the pool) takes
+// the next layer not yet taken and runs all its chunks on its own, chunk c
+// as soon as the layer below has finished chunk c (c + 1 when the steps
+// also project the next chunk). Layer 2 thus runs while layer 1 runs, each
+// with its weights in its own core's cache, and the runners meet once per
+// chunk instead of once per step (as splitting a step's panels between
+// threads does). Layers are taken in order and each waits only on the one
+// below, which a runner has already taken: no runner can wait on one that
+// waits on it, whatever number of threads the pool really gives. The same
+// kernels run on the same chunks as on one thread: the same bits.
+//
+// Buffers: layer 0 reads `in` and writes `out`; each layer above works in
+// place in `out` (rows of the module's width). A chunk's rows pass from
+// layer to layer: layer k touches them only once layer k-1 has finished
+// that chunk (and the next, when layer k projects in its steps), and layer
+// k+1 only once layer k has. Within a layer, a chunk's input rows are all
+// projected before its steps write the first of them, and a wavefront never
+// fuses the input part into a step (which would read x_t while writing h_t).
+
+struct Wave {
+  ferry_session* s;
+  const Layer* layer;
+  const KernelSet* k;
+  int kind;
+  const float* in;
+  float* out;
+  size_t T;
+  const int32_t* lengths;
+  size_t chunks;
+  size_t runner_floats;  // of one runner's gate rows (each buffer)
+  std::atomic<uint32_t> next_runner;
+  std::atomic<uint32_t> next_layer;
+  std::atomic<size_t> done[kMaxCells];  // chunks finished per layer
+};
+
+void wait_until(const std::atomic<size_t>& done, size_t need) {
+  for (unsigned spins = 0; done.load(std::memory_order_acquire) < need; ++spins) {
+    if (spins < 2048) {
+      cpu_relax();
+    } else {
+      yield_thread();
     }
   }
+}
+
+void wave_runner(void* ctx, size_t begin, size_t end) {
+  Wave* w = static_cast<Wave*>(ctx);
+  const CpuSession* cpu = cpu_of(w->s);
+  const Layer& layer = *w->layer;
+  const uint32_t cols = layout::gate_row_floats(layer.gates, layer.hidden);
+  const uint32_t panels = layout::panels_of(layer.hidden);
+  for (size_t item = begin; item < end; ++item) {
+    const uint32_t slot = w->next_runner.fetch_add(1, std::memory_order_relaxed);
+    float* gates = cpu->wave_gates + size_t{slot} * (cpu->wave_overlap ? 2 : 1) * w->runner_floats;
+    float* gates_next = cpu->wave_overlap ? gates + w->runner_floats : nullptr;
+    for (;;) {
+      const uint32_t kl = w->next_layer.fetch_add(1, std::memory_order_relaxed);
+      if (kl >= layer.num_layers) break;
+      const uint32_t cell_index = layer.first_cell + kl;
+      const float* in = kl == 0 ? w->in : w->out;
+      const CellRun r{w->s,      &layer,          &w->s->model->cells[cell_index],
+                      w->k,      w->kind,         kl,
+                      0,         in,              kl == 0 ? layer.in : layer.out,
+                      w->out,    w->T,
+                      1,         w->lengths,      cols,
+                      panels,    panels,          size_t{cols} * layer.h_out,
+                      true,      true};
+      ChunkLoop loop{gates, gates_next, overlaps(r, cell_index, gates_next), false};
+      for (size_t c = 0; c < w->chunks; ++c) {
+        if (kl > 0) {
+          const size_t need = c + (loop.overlap ? 2 : 1);
+          wait_until(w->done[kl - 1], need < w->chunks ? need : w->chunks);
+        }
+        panel_chunk(r, cell_index, &loop, c * cpu->chunk_steps);
+        w->done[kl].store(c + 1, std::memory_order_release);
+      }
+    }
+  }
+}
+
+// Whether a run of `layer` (T steps, B samples) is a wavefront.
+bool wavefront(const ferry_session* s, const Layer& layer, const KernelSet* k, size_t T, size_t B) {
+  const CpuSession* cpu = cpu_of(s);
+  return cpu->wave_runners >= 2 && B == 1 && T > cpu->chunk_steps &&
+         layer_wavefronts(s->model, k, layer, cpu->xnn_cell[layer.first_cell] != nullptr);
+}
+
+float* run_wavefront(ferry_session* s, const Layer& layer, const KernelSet* k, const float* in, float* out, size_t T,
+                     const int32_t* lengths) {
+  CpuSession* cpu = cpu_of(s);
+  Wave w;
+  w.s = s;
+  w.layer = &layer;
+  w.k = k;
+  w.kind = kernels::kind_index(cell_kind(layer.op));
+  w.in = in;
+  w.out = out;
+  w.T = T;
+  w.lengths = lengths;
+  w.chunks = (T + cpu->chunk_steps - 1) / cpu->chunk_steps;
+  w.runner_floats = cpu->chunk_steps * size_t{layout::gate_row_floats(layer.gates, layer.hidden)};
+  w.next_runner.store(0, std::memory_order_relaxed);
+  w.next_layer.store(0, std::memory_order_relaxed);
+  for (uint32_t kl = 0; kl < layer.num_layers; ++kl) w.done[kl].store(0, std::memory_order_relaxed);
+  const uint32_t runners = layer.num_layers < cpu->wave_runners ? layer.num_layers : cpu->wave_runners;
+  size_t work = 0;  // multiply-adds of the whole run: below the pool's threshold, one runner takes every layer
+  for (uint32_t kl = 0; kl < layer.num_layers; ++kl) {
+    const Cell& cell = s->model->cells[layer.first_cell + kl];
+    work += T * (cell.w_ih.rows() * size_t{cell.w_ih.cols} + cell.w_hh.rows() * size_t{cell.w_hh.cols});
+  }
+  parallel_ranges(cpu->threadpool, runners, 1, work, wave_runner, &w);
+  return out;
 }
 
 // A lone step (T == 1, B == 1) of a layer whose cells were prepared: per
@@ -474,6 +625,7 @@ float* run_recurrent(ferry_session* s, uint32_t layer_index, float* in, float* o
   const Layer& layer = m->layers[layer_index];
   if (T == 1 && B == 1 && cpu->lone && cpu->lone[layer.first_cell].k) return lone_step(s, layer, in, out);
   const KernelSet* k = cpu->kernels.layer(layer_index);
+  if (wavefront(s, layer, k, T, B)) return run_wavefront(s, layer, k, in, out, T, lengths);
   const bool panels = k->strategy == kernels::StepStrategy::kPanels;
   const int kind = kernels::kind_index(cell_kind(layer.op));
   const uint32_t cols = layout::gate_row_floats(layer.gates, layer.hidden);
@@ -484,8 +636,9 @@ float* run_recurrent(ferry_session* s, uint32_t layer_index, float* in, float* o
     for (uint32_t d = 0; d < layer.dirs; ++d) {
       const uint32_t ci = kl * layer.dirs + d;
       const uint32_t cell_index = layer.first_cell + ci;
-      const CellRun r{s,   &layer, &m->cells[cell_index], k,    kind,     ci,   d,   in,
-                      in_w, out,   T,   B,   lengths, cols, n_panels, tile, size_t{cols} * layer.h_out};
+      const CellRun r{s,    &layer, &m->cells[cell_index], k,    kind,     ci,   d,   in,
+                      in_w, out,    T,   B,   lengths, cols, n_panels, tile, size_t{cols} * layer.h_out,
+                      cpu->threads == 1, false};
       if (panels) {
         panel_chunks(r, cell_index);
       } else {  // kPerSample: the whole sequence is one chunk
