@@ -216,6 +216,52 @@ TEST(QuantizedBackendsMixed, FourDtypesInOneModel) {
   }
 }
 
+// One sample through stacked layers, several chunks (64, 64, then 1 step),
+// on two and three threads: the same bits as one thread. Every dtype runs
+// it as a wavefront over the layers (a runner per layer, chunk by chunk, in
+// place; int8 and int4 quantize into a band of rows per runner).
+TEST_P(QuantizedBackends, StackedLayersOnThreadsGiveOneThreadsBits) {
+  const auto [backend, dtype] = GetParam();
+  void* probe = ferry_threadpool_create(2);
+  if (!probe) GTEST_SKIP() << "built without pthreadpool";
+  ferry_threadpool_destroy(probe);
+  using ferry::conv::LayerOp;
+  ModelSpec spec;
+  spec.input_size = 12;
+  spec.layers = {{LayerOp::LSTM, 40, 3}, {LayerOp::Linear, 3}};
+  spec.seed = 21;
+  const Built q(build_model(quantized(ferry::test::make_plan(spec), dtype)));
+  ASSERT_NE(q.m, nullptr);
+  const size_t B = 1, T = 129;
+  const std::vector<float> x = input(q, B, T, spec.seed);
+  Session one(q, session_options(backend, B, T));
+  if (one.status == FERRY_UNSUPPORTED) GTEST_SKIP() << "backend not available here: " << ferry_last_error();
+  ASSERT_EQ(one.status, FERRY_OK) << ferry_last_error();
+  const std::vector<float> y = run(q, one, x, B, T);
+  for (size_t threads : {2, 3}) {
+    void* pool = ferry_threadpool_create(threads);
+    ASSERT_NE(pool, nullptr);
+    {
+      Session p(q, session_options(backend, B, T, pool));
+      ASSERT_EQ(p.status, FERRY_OK) << ferry_last_error();
+      EXPECT_TRUE(bit_equal(run(q, p, x, B, T), y)) << threads << " threads";
+      // The reported arena (the runners' gate rows and quantized bands) is
+      // exact: one alignment step less is refused, that size runs.
+      const ferry_session_options o = session_options(backend, B, T, pool);
+      size_t need = 0;
+      ASSERT_EQ(ferry_session_arena_size(q.m, &o, &need), FERRY_OK);
+      ferry::test::AlignedBytes arena(need);
+      ferry_session* s = nullptr;
+      EXPECT_EQ(ferry_session_init(q.m, &o, arena.data(), need - FERRY_ALIGNMENT, &s), FERRY_ARENA_TOO_SMALL);
+      ASSERT_EQ(ferry_session_init(q.m, &o, arena.data(), need, &s), FERRY_OK) << ferry_last_error();
+      std::vector<float> y2(y.size());
+      ASSERT_EQ(ferry_run(s, x.data(), B, T, nullptr, y2.data(), y2.size()), FERRY_OK);
+      EXPECT_TRUE(bit_equal(y2, y)) << threads << " threads, in an arena of exactly the reported size";
+    }
+    ferry_threadpool_destroy(pool);
+  }
+}
+
 std::string param_name(const ::testing::TestParamInfo<Param>& info) {
   return std::string(ferry_backend_name(std::get<0>(info.param))) + "_" + dtype_name(std::get<1>(info.param));
 }

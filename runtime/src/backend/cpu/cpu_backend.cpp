@@ -76,12 +76,13 @@ ferry_status plan_regions(const ferry_model* m, const SessionConfig& o, const Ke
   }
   quantized_rows_needed(m, c, B, B * r->chunk_steps, &r->q_rows, &r->q_ld);
   if (r->q_rows) {
+    const size_t bands = c.wave_quantized ? c.wave_runners : 1;  // a wavefront's runners: one band each
     size_t bytes = 0;
-    if (__builtin_mul_overflow(r->q_rows, r->q_ld, &bytes)) {
+    if (__builtin_mul_overflow(r->q_rows * bands, r->q_ld, &bytes)) {
       return fail(FERRY_INVALID_ARGUMENT, "quantized activations for max_batch %zu overflow size_t", o.max_batch);
     }
     r->qact = arena->reserve(bytes);
-    r->qscales = arena->reserve_floats(r->q_rows, 1);
+    r->qscales = arena->reserve_floats(r->q_rows, bands);
   }
   if (m->num_slots) {
     r->slot_floats = steps * B * m->max_features;  // cannot overflow: act_a has as many

@@ -118,6 +118,7 @@ struct KernelChoice {
   bool any_project_overlap = false;   // some cell may compute projections in its steps (project_overlaps)
   uint32_t wave_runners = 0;          // threads a wavefront runs on (layer_wavefronts), 0: none
   bool wave_overlap = false;          // some cell of such a module has project_overlaps
+  bool wave_quantized = false;        // some such module's set quantizes its inputs (i8, i4)
 };
 
 ferry_status choose_kernels(const ferry_model* m, const SessionConfig& config, KernelChoice* out);
@@ -131,7 +132,8 @@ bool project_overlaps(const kernels::KernelSet* k, int kind, const Cell& cell, b
 // more threads runs as a wavefront over its layers (recurrent.cpp): a
 // kPanels set that does not quantize its inputs, two or more layers, one
 // direction, no projection (proj_size), no XNNPACK (`xnn`), every W_hh
-// below kWavefrontMaxBytes.
+// below kWavefrontMaxBytes. (An i8 / i4 set's runners quantize into their
+// own bands of the session's rows.)
 bool layer_wavefronts(const ferry_model* m, const kernels::KernelSet* k, const Layer& l, bool xnn);
 
 // Time steps per input-projection chunk for `max_batch` rows per step.
@@ -185,7 +187,9 @@ struct CpuSession {
   size_t slot_floats;  // floats of one slot
   size_t chunk_steps;
   // i8 / i4 layers (kernels/kernel_set.h, "Activations"): q_rows quantized
-  // rows of q_ld bytes each and their scales, or null when no layer's set
+  // rows of q_ld bytes each and their scales (times wave_runners when a
+  // wavefront runs such a layer: a band of q_rows per runner, gemm_on), or
+  // null when no layer's set
   // quantizes its inputs. Every product of such a layer quantizes its A rows
   // here, q_rows at a time, before the work is split between threads.
   int8_t* qact;
@@ -325,6 +329,12 @@ inline void run_direct_step(LoneStep* d, const float* input, float* output) {
 // no bit).
 void gemm(ferry_session* s, const kernels::KernelSet* k, const kernels::GemmArgs& args, size_t rows,
           uint32_t vectors);
+// The same with an i8 / i4 set's A rows quantized into band `q_band` of the
+// session's rows (rows [q_band * q_rows, (q_band + 1) * q_rows): a
+// wavefront's runner has its own) and, unless `pool`, all of it on the
+// calling thread.
+void gemm_on(ferry_session* s, const kernels::KernelSet* k, const kernels::GemmArgs& args, size_t rows,
+             uint32_t vectors, size_t q_band, bool pool);
 // Quantizes `rows` (<= q_rows) rows of k floats, `ld` apart, into the
 // session's qact rows from `first_row` on; the rows' bytes and scales.
 void quantize_activations(ferry_session* s, const kernels::KernelSet* k, const float* x, size_t rows, size_t ld,

@@ -46,8 +46,7 @@ bool project_overlaps(const kernels::KernelSet* k, int kind, const Cell& cell, b
 }
 
 bool layer_wavefronts(const ferry_model* m, const kernels::KernelSet* k, const Layer& l, bool xnn) {
-  if (!op_is_recurrent(l.op) || k->strategy != kernels::StepStrategy::kPanels || k->quantize_rows ||
-      l.num_layers < 2 || l.dirs != 1 || l.h_out != l.hidden || xnn) {
+  if (!op_is_recurrent(l.op) || k->strategy != kernels::StepStrategy::kPanels || l.num_layers < 2 || l.dirs != 1 || l.h_out != l.hidden || xnn) {
     return false;
   }
   for (uint32_t i = 0; i < l.num_layers; ++i) {
@@ -141,6 +140,7 @@ ferry_status choose_kernels(const ferry_model* m, const SessionConfig& config, K
       if (threads >= 2 && chunks && layer_wavefronts(m, set, l, xnn)) {
         const uint32_t runners = l.num_layers < threads ? l.num_layers : static_cast<uint32_t>(threads);
         if (runners > c->wave_runners) c->wave_runners = runners;
+        c->wave_quantized = c->wave_quantized || set->quantize_rows;
         const int kind = kernels::kind_index(cell_kind(l.op));
         for (uint32_t k = 0; k < l.num_layers; ++k) {
           c->wave_overlap = c->wave_overlap || project_overlaps(set, kind, m->cells[l.first_cell + k], xnn);

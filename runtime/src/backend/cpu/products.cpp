@@ -67,10 +67,8 @@ void quantized_rows_needed(const ferry_model* m, const KernelChoice& c, size_t m
   *ld = widest;
 }
 
-// C = init + A W over all rows and vectors, split over output vectors (or,
-// when there are few, over rows): never inside a sum.
-void gemm(ferry_session* s, const kernels::KernelSet* k, const kernels::GemmArgs& args, size_t rows,
-          uint32_t vectors) {
+void gemm_on(ferry_session* s, const kernels::KernelSet* k, const kernels::GemmArgs& args, size_t rows,
+             uint32_t vectors, size_t q_band, bool pool) {
   const CpuSession* cpu = cpu_of(s);
   if (k->quantize_rows && !args.qa) {
     // i8 / i4: the A rows quantized, q_rows at a time (each output row
@@ -81,10 +79,15 @@ void gemm(ferry_session* s, const kernels::KernelSet* k, const kernels::GemmArgs
       block.a = args.a + r0 * args.lda;
       block.c = args.c + r0 * args.ldc;
       if (args.c_init) block.c_init = args.c_init + r0 * args.ldc;
-      quantize_activations(s, k, block.a, n, args.lda, args.w->cols, 0, &block.qa, &block.a_scales);
+      quantize_activations(s, k, block.a, n, args.lda, args.w->cols, q_band * cpu->q_rows, &block.qa,
+                           &block.a_scales);
       block.ldqa = cpu->q_ld;
-      gemm(s, k, block, n, vectors);
+      gemm_on(s, k, block, n, vectors, q_band, pool);
     }
+    return;
+  }
+  if (!pool) {
+    k->gemm(args, 0, rows, 0, vectors);
     return;
   }
   GemmTask t{k, args, rows, vectors};
@@ -97,6 +100,11 @@ void gemm(ferry_session* s, const kernels::KernelSet* k, const kernels::GemmArgs
   // Multiples of 4 vectors: whole AVX-512 tiles (two zmm of an LSTM panel).
   const size_t tile = vectors <= 4 * threads ? 4 : ((vectors / (2 * threads)) + 3) & ~size_t{3};
   parallel_ranges(cpu->threadpool, vectors, tile, work, gemm_over_vectors, &t);
+}
+
+void gemm(ferry_session* s, const kernels::KernelSet* k, const kernels::GemmArgs& args, size_t rows,
+          uint32_t vectors) {
+  gemm_on(s, k, args, rows, vectors, 0, true);
 }
 
 void input_projection(ferry_session* s, const kernels::KernelSet* k, uint32_t cell_index, const Layer& layer,

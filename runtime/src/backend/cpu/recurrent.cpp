@@ -74,6 +74,7 @@ struct CellRun {
   // then no product of it goes to the pool either).
   bool solo;
   bool wave;
+  size_t q_band;  // i8 / i4: the band of the session's quantized rows it uses (gemm_on)
 };
 
 // ------------------------------------------------------------ kPerSample --
@@ -195,16 +196,17 @@ void batch_panels(void* ctx, size_t begin, size_t end) {
   }
 }
 
-// i8 / i4 sets: the rows a fused step reads, quantized into the session's
-// rows 0 (h, K = h_out) and 1 (x, K = the cell's input, when the step
-// computes the input part itself).
+// i8 / i4 sets: the rows a fused step reads, quantized into the first two
+// rows of band `q_band` of the session's rows: h (K = h_out), then x (K =
+// the cell's input, when the step computes the input part itself).
 void quantize_step_inputs(ferry_session* s, const KernelSet* k, const Cell& cell, const Layer& layer,
-                          kernels::StepArgs* a) {
+                          kernels::StepArgs* a, size_t q_band = 0) {
+  const size_t row = q_band * cpu_of(s)->q_rows;
   const float* scale = nullptr;
-  quantize_activations(s, k, a->h, 1, layer.h_out, layer.h_out, 0, &a->qh, &scale);
+  quantize_activations(s, k, a->h, 1, layer.h_out, layer.h_out, row, &a->qh, &scale);
   a->h_scale = *scale;
   if (a->w_ih) {
-    quantize_activations(s, k, a->x, 1, cell.in, cell.in, 1, &a->qx, &scale);
+    quantize_activations(s, k, a->x, 1, cell.in, cell.in, row + 1, &a->qx, &scale);
     a->x_scale = *scale;
   }
 }
@@ -258,7 +260,7 @@ void panel_step(const CellRun& r, size_t t, size_t t_lo, float* gates, bool fuse
                                 h_target,
                                 layer.hidden,
                                 layer.op == Op::kRnnRelu};
-    if (k->quantize_rows) quantize_step_inputs(s, k, cell, layer, &st.args);
+    if (k->quantize_rows) quantize_step_inputs(s, k, cell, layer, &st.args, r.q_band);
     if (r.solo) {
       // The streaming fast path: no pool, no indirection. Large weights
       // alternate their panel order from one time step to the next (t's
@@ -355,7 +357,7 @@ void project_chunk(const CellRun& r, uint32_t cell_index, const float* x, size_t
   }
   const Cell& cell = *r.cell;
   const kernels::GemmArgs g{&cell.w_ih, x, cell.in, cell.bias ? &cell.bias : nullptr, nullptr, dst, r.cols, r.cols};
-  r.k->gemm(g, 0, rows, 0, r.cols / layout::kPanel);
+  gemm_on(r.s, r.k, g, rows, r.cols / layout::kPanel, r.q_band, false);
 }
 
 // The chunk of one (layer, direction) that starts `done` steps into its
@@ -490,7 +492,7 @@ void wave_runner(void* ctx, size_t begin, size_t end) {
                       w->out,    w->T,
                       1,         w->lengths,      cols,
                       panels,    panels,          size_t{cols} * layer.h_out,
-                      true,      true};
+                      true,      true,            slot};
       ChunkLoop loop{gates, gates_next, overlaps(r, cell_index, gates_next), false};
       for (size_t c = 0; c < w->chunks; ++c) {
         if (kl > 0) {
@@ -638,7 +640,7 @@ float* run_recurrent(ferry_session* s, uint32_t layer_index, float* in, float* o
       const uint32_t cell_index = layer.first_cell + ci;
       const CellRun r{s,    &layer, &m->cells[cell_index], k,    kind,     ci,   d,   in,
                       in_w, out,    T,   B,   lengths, cols, n_panels, tile, size_t{cols} * layer.h_out,
-                      cpu->threads == 1, false};
+                      cpu->threads == 1, false, 0};
       if (panels) {
         panel_chunks(r, cell_index);
       } else {  // kPerSample: the whole sequence is one chunk
