@@ -81,12 +81,14 @@ constexpr uint64_t kProjectOverlapMinBytes = 256 * 1024;
 // when every W_hh is below this size; larger ones split each step's panels
 // between the threads instead, which halves the weights each core streams
 // per step (so that more of them stay in its cache) at the price of
-// meeting once per step. Zen 4, 1 MiB L2 per core, 2 threads, 2-layer LSTM,
-// T 512, `ferry bench --threads 2` alternating with the panel split: W2 (H
-// 256, W_hh 1 MiB) 8.9-9.2 ms against 12.3-12.7; H 384 (2.25 MiB) 23.1-27.1
-// against 34.5-35.9; H 448 (3.06 MiB) 31.3-35.0 against 33.2-44.9; H 512
-// (4 MiB) 41.0-42.3 against 33.7-53.6 (the split's spread is wide; its
-// best runs are the faster).
+// meeting once per step. Zen 4 (2 vCPUs, 1 MiB L2 per core), T 512, `ferry
+// bench --threads 2` alternating with the panel split: 2-layer GRU H 256
+// 7.1-8.8 ms against 13.0-15.5, H 128 1.8-2.0 against 3.2-3.5; 2-layer LSTM
+// H 64 0.75-1.0 against 1.2-1.5 (one thread: 1.24-1.32); W2 (LSTM H 256,
+// W_hh 1 MiB) 8.9-9.2 against 12.3-12.7 in one hour, 9.0-10.7 against
+// 8.8-11.9 (a tie) in the next; LSTM H 384 (2.25 MiB) 23.1-27.1 against
+// 34.5-35.9, then a tie; H 448 (3.06 MiB) 31.3-35.0 against 33.2-44.9; H
+// 512 (4 MiB) 41.0-42.3 against 33.7-53.6 (the split's best runs faster).
 constexpr uint64_t kWavefrontMaxBytes = 4 * 1024 * 1024;
 // Output rows (steps x batch) a Conv1d computes per GEMM call: its patches
 // (im2col rows) are gathered this many at a time.
