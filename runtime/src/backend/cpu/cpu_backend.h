@@ -132,10 +132,10 @@ bool project_overlaps(const kernels::KernelSet* k, int kind, const Cell& cell, b
 
 // Whether a one-sample run of the recurrent module `l` on a pool of two or
 // more threads runs as a wavefront over its layers (recurrent.cpp): a
-// kPanels set that does not quantize its inputs, two or more layers, one
-// direction, no projection (proj_size), no XNNPACK (`xnn`), every W_hh
-// below kWavefrontMaxBytes. (An i8 / i4 set's runners quantize into their
-// own bands of the session's rows.)
+// kPanels set, two or more layers, one direction, no projection
+// (proj_size), no XNNPACK (`xnn`), every W_hh below kWavefrontMaxBytes. (An
+// i8 / i4 set's runners quantize into their own bands of the session's
+// rows.)
 bool layer_wavefronts(const ferry_model* m, const kernels::KernelSet* k, const Layer& l, bool xnn);
 
 // Time steps per input-projection chunk for `max_batch` rows per step.
@@ -346,9 +346,11 @@ void quantize_activations(ferry_session* s, const kernels::KernelSet* k, const f
 void quantized_rows_needed(const ferry_model* m, const KernelChoice& c, size_t max_batch, size_t chunk_rows,
                            size_t* rows, size_t* ld);
 // bias + W_ih x for `rows` rows of `x` (stride cell.in) into `dst` (panel
-// order, stride gate_cols), on XNNPACK where chosen for this cell.
+// order, stride gate_cols), on XNNPACK where chosen for this cell; with
+// `pool` false (a wavefront's runner: gemm_on's band and no pool), on the
+// calling thread with ferry's kernels.
 void input_projection(ferry_session* s, const kernels::KernelSet* k, uint32_t cell_index, const Layer& layer,
-                      const float* x, size_t rows, float* dst);
+                      const float* x, size_t rows, float* dst, size_t q_band = 0, bool pool = true);
 // A Linear layer over `rows` rows (a failing XNNPACK call is returned).
 ferry_status linear(ferry_session* s, uint32_t layer_index, const float* in, float* out, size_t rows);
 

@@ -46,7 +46,8 @@ bool project_overlaps(const kernels::KernelSet* k, int kind, const Cell& cell, b
 }
 
 bool layer_wavefronts(const ferry_model* m, const kernels::KernelSet* k, const Layer& l, bool xnn) {
-  if (!op_is_recurrent(l.op) || k->strategy != kernels::StepStrategy::kPanels || l.num_layers < 2 || l.dirs != 1 || l.h_out != l.hidden || xnn) {
+  if (!op_is_recurrent(l.op) || k->strategy != kernels::StepStrategy::kPanels || l.num_layers < 2 || l.dirs != 1 ||
+      l.h_out != l.hidden || xnn) {
     return false;
   }
   for (uint32_t i = 0; i < l.num_layers; ++i) {
@@ -135,25 +136,22 @@ ferry_status choose_kernels(const ferry_model* m, const SessionConfig& config, K
       c->any_xnnpack = c->any_xnnpack || xnn;
       const size_t threads = pool_threads(config.threadpool);
       const bool chunks = config.max_seq > chunk_steps(config.max_batch, config.max_seq);
+      // Whether some cell of the module computes projections in its steps
+      // (a second chunk of gate rows: on one thread, or per wavefront runner).
+      bool overlap = false;
+      const int kind = kernels::kind_index(cell_kind(l.op));
+      for (uint32_t k = 0; k < l.num_layers * l.dirs; ++k) {
+        overlap = overlap || project_overlaps(set, kind, m->cells[l.first_cell + k], xnn);
+      }
       // A wavefront over this module's layers, one runner per layer at a
       // time (recurrent.cpp), for one-sample runs of more than one chunk.
       if (threads >= 2 && chunks && layer_wavefronts(m, set, l, xnn)) {
         const uint32_t runners = l.num_layers < threads ? l.num_layers : static_cast<uint32_t>(threads);
         if (runners > c->wave_runners) c->wave_runners = runners;
         c->wave_quantized = c->wave_quantized || set->quantize_rows;
-        const int kind = kernels::kind_index(cell_kind(l.op));
-        for (uint32_t k = 0; k < l.num_layers; ++k) {
-          c->wave_overlap = c->wave_overlap || project_overlaps(set, kind, m->cells[l.first_cell + k], xnn);
-        }
+        c->wave_overlap = c->wave_overlap || overlap;
       }
-      // A second chunk of gate rows, for runs of more than one chunk on one thread.
-      if (panels && threads == 1 && chunks) {
-        const int kind = kernels::kind_index(cell_kind(l.op));
-        for (uint32_t k = 0; k < l.num_layers * l.dirs; ++k) {
-          c->any_project_overlap =
-              c->any_project_overlap || project_overlaps(set, kind, m->cells[l.first_cell + k], xnn);
-        }
-      }
+      if (panels && threads == 1 && chunks) c->any_project_overlap = c->any_project_overlap || overlap;
     } else if (l.op == Op::kLast) {
       time_axis = false;
     } else if (l.op == Op::kLinear) {

@@ -108,18 +108,18 @@ void gemm(ferry_session* s, const kernels::KernelSet* k, const kernels::GemmArgs
 }
 
 void input_projection(ferry_session* s, const kernels::KernelSet* k, uint32_t cell_index, const Layer& layer,
-                      const float* x, size_t rows, float* dst) {
+                      const float* x, size_t rows, float* dst, size_t q_band, bool pool) {
   const CpuSession* cpu = cpu_of(s);
   const Cell& cell = s->model->cells[cell_index];
   const uint32_t cols = layout::gate_row_floats(layer.gates, layer.hidden);
-  if (xnn_takes(cpu, cpu->xnn_cell[cell_index], cpu->xnn_cell_ok[cell_index], rows)) {
+  if (pool && xnn_takes(cpu, cpu->xnn_cell[cell_index], cpu->xnn_cell_ok[cell_index], rows)) {
     // Cannot fail once created (setup checks only what create checked), so
     // its status is not looked at on this path.
     xnn::run_fc(cpu->xnn_cell[cell_index], rows, x, dst, cpu->threadpool);
     return;
   }
   const kernels::GemmArgs g{&cell.w_ih, x, cell.in, cell.bias ? &cell.bias : nullptr, nullptr, dst, cols, cols};
-  gemm(s, k, g, rows, cols / layout::kPanel);
+  gemm_on(s, k, g, rows, cols / layout::kPanel, q_band, pool);
 }
 
 ferry_status linear(ferry_session* s, uint32_t layer_index, const float* in, float* out, size_t rows) {

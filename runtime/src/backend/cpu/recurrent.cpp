@@ -348,18 +348,6 @@ struct ChunkLoop {
   bool projected;     // `gates` already holds this chunk's input parts
 };
 
-// A chunk's input projection: on the session's pool (and XNNPACK where
-// chosen), or, on a wavefront's runner, on the calling thread alone.
-void project_chunk(const CellRun& r, uint32_t cell_index, const float* x, size_t rows, float* dst) {
-  if (!r.wave) {
-    input_projection(r.s, r.k, cell_index, *r.layer, x, rows, dst);
-    return;
-  }
-  const Cell& cell = *r.cell;
-  const kernels::GemmArgs g{&cell.w_ih, x, cell.in, cell.bias ? &cell.bias : nullptr, nullptr, dst, r.cols, r.cols};
-  gemm_on(r.s, r.k, g, rows, r.cols / layout::kPanel, r.q_band, false);
-}
-
 // The chunk of one (layer, direction) that starts `done` steps into its
 // direction: its input projection (unless the chunk before computed it),
 // then its steps.
@@ -384,7 +372,9 @@ void panel_chunk(const CellRun& r, uint32_t cell_index, ChunkLoop* loop, size_t 
   const size_t n = T - done < chunk ? T - done : chunk;
   const size_t t_lo = d == 0 ? done : T - done - n;  // the chunk is times [t_lo, t_lo + n)
   const bool fuse_input = fuses_input(n);
-  if (!fuse_input && !loop->projected) project_chunk(r, cell_index, r.in + t_lo * B * in_w, n * B, loop->gates);
+  if (!fuse_input && !loop->projected) {  // a wavefront's runner: on its own thread, in its band of rows
+    input_projection(r.s, k, cell_index, *r.layer, r.in + t_lo * B * in_w, n * B, loop->gates, r.q_band, !r.wave);
+  }
   const size_t left = T - done - n, n_next = left < chunk ? left : chunk;
   const bool sharing = loop->overlap && n_next > 0 && !fuses_input(n_next);
   kernels::ProjectShare share{};
