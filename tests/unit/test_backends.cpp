@@ -432,6 +432,14 @@ TEST_P(BackendTest, ResultsDoNotDependOnThreadCount) {
       {LayerOp::LSTM, 24, 128, 0, 3, false, true, false, "", 0, 1, 129, false},
       {LayerOp::GRU, 20, 48, 0, 2, false, true, true, "last>fc", 3, 1, 130, true},
       {LayerOp::RNN_TANH, 6, 10, 0, 2, false, true, false, "", 0, 1, 70, false},
+      // One sample through two directions: on two threads or more each
+      // direction on its own runner (a layer's two once both of the layer
+      // below have finished). Two layers with step_project, ending in a
+      // chunk of one step; a GRU with lengths; an RNN too small to wake the
+      // pool.
+      {LayerOp::LSTM, 24, 128, 0, 2, true, true, false, "", 0, 1, 129, false},
+      {LayerOp::GRU, 20, 48, 0, 1, true, true, true, "last>fc", 3, 1, 130, true},
+      {LayerOp::RNN_TANH, 6, 10, 0, 2, true, true, false, "", 0, 1, 70, false},
       {LayerOp::GRU, 30, 96, 0, 1, false, true, false, "fc", 20, 8, 3, false},
       {LayerOp::GRU, 30, 200, 0, 1, false, true, false, "", 0, 1, 4, false},  // one thread: alternating order
       {LayerOp::RNN_TANH, 64, 400, 0, 1, false, true, false, "", 0, 1, 3, false},
@@ -472,8 +480,9 @@ TEST_P(BackendTest, ArenaSizeIsExact) {
       {LayerOp::GRU, 11, 24, 0, 2, false, true, true, "fc", 4, 2, 40, false},  // 80 rows: XNNPACK in auto
       {LayerOp::LSTM, 8, 128, 0, 1, false, true, false, "", 0, 1, 65, false},  // a second gate buffer (step_project)
       // On two threads: a wavefront's buffers (two runners' gate rows, twice
-      // for step_project).
+      // for step_project), over two layers and over two directions.
       {LayerOp::LSTM, 8, 128, 0, 2, false, true, false, "", 0, 1, 65, false},
+      {LayerOp::LSTM, 8, 128, 0, 1, true, true, false, "", 0, 1, 65, false},
   };
   void* pool = ferry_threadpool_create(2);
   uint32_t seed = 200;
@@ -481,7 +490,7 @@ TEST_P(BackendTest, ArenaSizeIsExact) {
     const Case c = generated_case(shape, seed++);
     SCOPED_TRACE(c.name);
     Model m(c.bytes);
-    const bool threaded = shape.layers == 2 && shape.seq == 65;
+    const bool threaded = shape.seq == 65 && (shape.layers == 2 || shape.bidirectional);
     if (threaded && !pool) continue;  // built without pthreadpool
     const ferry_session_options o = session_options(GetParam(), c.batch, c.seq, threaded ? pool : nullptr);
     size_t need = 0;

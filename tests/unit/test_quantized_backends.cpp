@@ -219,7 +219,8 @@ TEST(QuantizedBackendsMixed, FourDtypesInOneModel) {
 // One sample through stacked layers, several chunks (64, 64, then 1 step),
 // on two and three threads: the same bits as one thread. Every dtype runs
 // it as a wavefront over the layers (a runner per layer, chunk by chunk, in
-// place; int8 and int4 quantize into a band of rows per runner).
+// place; int8 and int4 quantize into a band of rows per runner), then a
+// bidirectional GRU, whose directions run side by side.
 TEST_P(QuantizedBackends, StackedLayersOnThreadsGiveOneThreadsBits) {
   const auto [backend, dtype] = GetParam();
   void* probe = ferry_threadpool_create(2);
@@ -228,7 +229,7 @@ TEST_P(QuantizedBackends, StackedLayersOnThreadsGiveOneThreadsBits) {
   using ferry::conv::LayerOp;
   ModelSpec spec;
   spec.input_size = 12;
-  spec.layers = {{LayerOp::LSTM, 40, 3}, {LayerOp::Linear, 3}};
+  spec.layers = {{LayerOp::LSTM, 40, 3}, {LayerOp::GRU, 24, 1, true}, {LayerOp::Linear, 3}};
   spec.seed = 21;
   const Built q(build_model(quantized(ferry::test::make_plan(spec), dtype)));
   ASSERT_NE(q.m, nullptr);

@@ -227,7 +227,8 @@ typedef struct ferry_session_options {
    * Owned by the caller; must outlive the session; one session uses it from
    * one thread at a time. Work is split over outputs, never inside a sum
    * (a one-sample run through stacked LSTM / GRU / RNN layers: over the
-   * layers, each a thread, a chunk of steps behind the one below), so
+   * layers, each a thread, a chunk of steps behind the one below; through
+   * a bidirectional one: its two directions side by side), so
    * results are identical for any number of threads. Worker threads flush
    * denormals for the duration of the work, like the calling thread. The
    * CUDA backend does not use it. */

@@ -77,7 +77,8 @@ constexpr size_t kBatchStepMinRows = 8;
 // 13.87 ms.
 constexpr uint64_t kProjectOverlapMinBytes = 256 * 1024;
 // A one-sample run through stacked layers on two or more threads runs as a
-// wavefront over the layers (each runner a layer, meeting once per chunk)
+// wavefront over the layers (each runner a layer, meeting once per chunk),
+// and one through a bidirectional module runs its directions side by side,
 // when every W_hh is below this size; larger ones split each step's panels
 // between the threads instead, which halves the weights each core streams
 // per step (so that more of them stay in its cache) at the price of
@@ -89,6 +90,11 @@ constexpr uint64_t kProjectOverlapMinBytes = 256 * 1024;
 // 8.8-11.9 (a tie) in the next; LSTM H 384 (2.25 MiB) 23.1-27.1 against
 // 34.5-35.9, then a tie; H 448 (3.06 MiB) 31.3-35.0 against 33.2-44.9; H
 // 512 (4 MiB) 41.0-42.3 against 33.7-53.6 (the split's best runs faster).
+// A bidirectional module's two directions side by side, the same way (four
+// alternations, `--repeat 40` medians): LSTM(64, 256) 6.1-6.3 ms against
+// 7.9-9.8 (one thread 12.1-13.1); LSTM(64, 256) x 2 16.7-19.2 against
+// 20.7-24.3 (32.7-34.0); GRU(40, 128) x 2 3.28-3.36 against 6.08-6.48
+// (6.31-6.58); LSTM(32, 64) 0.47 against 1.04-1.20 (0.84-0.85).
 constexpr uint64_t kWavefrontMaxBytes = 4 * 1024 * 1024;
 // Output rows (steps x batch) a Conv1d computes per GEMM call: its patches
 // (im2col rows) are gathered this many at a time.
@@ -131,12 +137,16 @@ ferry_status choose_kernels(const ferry_model* m, const SessionConfig& config, K
 bool project_overlaps(const kernels::KernelSet* k, int kind, const Cell& cell, bool xnn_cell);
 
 // Whether a one-sample run of the recurrent module `l` on a pool of two or
-// more threads runs as a wavefront over its layers (recurrent.cpp): a
-// kPanels set, two or more layers, one direction, no projection
-// (proj_size), no XNNPACK (`xnn`), every W_hh below kWavefrontMaxBytes. (An
-// i8 / i4 set's runners quantize into their own bands of the session's
-// rows.)
+// more threads runs as a wavefront over its cells (recurrent.cpp): a
+// kPanels set, two or more layers of one direction or any layers of two
+// directions, no projection (proj_size), no XNNPACK (`xnn`), every W_hh
+// below kWavefrontMaxBytes. (An i8 / i4 set's runners quantize into their
+// own bands of the session's rows.)
 bool layer_wavefronts(const ferry_model* m, const kernels::KernelSet* k, const Layer& l, bool xnn);
+
+// Cells of such a module that can run side by side: its layers (one
+// direction: a chunk apart), or its two directions.
+inline uint32_t wave_width(const Layer& l) { return l.dirs > 1 ? l.dirs : l.num_layers; }
 
 // Time steps per input-projection chunk for `max_batch` rows per step.
 size_t chunk_steps(size_t max_batch, size_t max_seq);

@@ -46,11 +46,11 @@ bool project_overlaps(const kernels::KernelSet* k, int kind, const Cell& cell, b
 }
 
 bool layer_wavefronts(const ferry_model* m, const kernels::KernelSet* k, const Layer& l, bool xnn) {
-  if (!op_is_recurrent(l.op) || k->strategy != kernels::StepStrategy::kPanels || l.num_layers < 2 || l.dirs != 1 ||
+  if (!op_is_recurrent(l.op) || k->strategy != kernels::StepStrategy::kPanels || wave_width(l) < 2 ||
       l.h_out != l.hidden || xnn) {
     return false;
   }
-  for (uint32_t i = 0; i < l.num_layers; ++i) {
+  for (uint32_t i = 0; i < l.num_layers * l.dirs; ++i) {
     if (m->cells[l.first_cell + i].w_hh.bytes() >= kWavefrontMaxBytes) return false;
   }
   return true;
@@ -143,10 +143,12 @@ ferry_status choose_kernels(const ferry_model* m, const SessionConfig& config, K
       for (uint32_t k = 0; k < l.num_layers * l.dirs; ++k) {
         overlap = overlap || project_overlaps(set, kind, m->cells[l.first_cell + k], xnn);
       }
-      // A wavefront over this module's layers, one runner per layer at a
-      // time (recurrent.cpp), for one-sample runs of more than one chunk.
+      // A wavefront over this module's cells, one runner per layer or per
+      // direction at a time (recurrent.cpp), for one-sample runs of more
+      // than one chunk.
       if (threads >= 2 && chunks && layer_wavefronts(m, set, l, xnn)) {
-        const uint32_t runners = l.num_layers < threads ? l.num_layers : static_cast<uint32_t>(threads);
+        const uint32_t width = wave_width(l);
+        const uint32_t runners = width < threads ? width : static_cast<uint32_t>(threads);
         if (runners > c->wave_runners) c->wave_runners = runners;
         c->wave_quantized = c->wave_quantized || set->quantize_rows;
         c->wave_overlap = c->wave_overlap || overlap;

@@ -32,7 +32,8 @@
 //
 // On a pool of two or more threads, a one-sample run through a module of
 // stacked layers is a wavefront over them (run_wavefront, below): each
-// layer's chunks run on one thread, a chunk behind the layer below.
+// layer's chunks run on one thread, a chunk behind the layer below; through
+// a bidirectional module, its two directions run side by side.
 #include <string.h>
 
 #include <atomic>
@@ -415,40 +416,51 @@ void panel_chunks(const CellRun& r, uint32_t cell_index) {
 
 // ------------------------------------------------------------ wavefront --
 //
-// A one-sample run of a module of two or more layers, on a pool of two or
-// more threads (layer_wavefronts): each runner (a thread of the pool) takes
-// the next layer not yet taken and runs all its chunks on its own, chunk c
-// as soon as the layer below has finished chunk c (c + 1 when the steps
-// also project the next chunk). Layer 2 thus runs while layer 1 runs, each
-// with its weights in its own core's cache, and the runners meet once per
-// chunk instead of once per step (as splitting a step's panels between
-// threads does). Layers are taken in order and each waits only on the one
-// below, which a runner has already taken: no runner can wait on one that
-// waits on it, whatever number of threads the pool really gives. The same
-// kernels run on the same chunks as on one thread: the same bits.
+// A one-sample run of a module of two or more layers, or of two directions,
+// on a pool of two or more threads (layer_wavefronts): each runner (a thread
+// of the pool) takes the next cell (layer k, direction d) not yet taken, in
+// order, and runs all its chunks on its own, each with its weights in its
+// own core's cache; the runners meet once per chunk or once per layer
+// instead of once per step (as splitting a step's panels between threads
+// does).
+//   One direction (stacked layers): layer k runs chunk c as soon as layer
+//   k-1 has finished chunk c (c + 1 when the steps also project the next
+//   chunk), so that layer 2 runs while layer 1 runs.
+//   Two directions: the forward and backward cells of a layer run side by
+//   side; a layer's cells start once both cells of the layer below have
+//   finished (its backward cell's first step needs the last output of the
+//   layer below).
+// Cells are taken in order and each waits only on cells of the layer below,
+// which runners have already taken: no runner can wait on one that waits
+// on it, whatever number of threads the pool really gives. The same kernels
+// run on the same chunks as on one thread: the same bits.
 //
-// Buffers: layer 0 reads `in` and writes `out`; each layer above works in
-// place in `out` (rows of the module's width). A chunk's rows pass from
-// layer to layer: layer k touches them only once layer k-1 has finished
-// that chunk (and the next, when layer k projects in its steps), and layer
-// k+1 only once layer k has. Within a layer, a chunk's input rows are all
-// projected before its steps write the first of them, and a wavefront never
-// fuses the input part into a step (which would read x_t while writing h_t).
+// Buffers, one direction: layer 0 reads `in` and writes `out`; each layer
+// above works in place in `out` (rows of the module's width). A chunk's rows
+// pass from layer to layer: layer k touches them only once layer k-1 has
+// finished that chunk (and the next, when layer k projects in its steps),
+// and layer k+1 only once layer k has. Within a layer, a chunk's input rows
+// are all projected before its steps write the first of them, and a
+// wavefront never fuses the input part into a step (which would read x_t
+// while writing h_t). Two directions: layers ping-pong between `out` and
+// `in` as on one thread (layer k writes `out` for even k), each cell its
+// half of every row; a layer overwrites its input's input only once the
+// whole layer below, which read it, has finished.
 
 struct Wave {
   ferry_session* s;
   const Layer* layer;
   const KernelSet* k;
   int kind;
-  const float* in;
+  float* in;
   float* out;
   size_t T;
   const int32_t* lengths;
   size_t chunks;
   size_t runner_floats;  // of one runner's gate rows (each buffer)
   std::atomic<uint32_t> next_runner;
-  std::atomic<uint32_t> next_layer;
-  std::atomic<size_t> done[kMaxCells];  // chunks finished per layer
+  std::atomic<uint32_t> next_cell;
+  std::atomic<size_t> done[kMaxCells];  // chunks finished per cell of the module
 };
 
 void wait_until(const std::atomic<size_t>& done, size_t need) {
@@ -461,10 +473,17 @@ void wait_until(const std::atomic<size_t>& done, size_t need) {
   }
 }
 
+// The buffer layer `kl` of a wavefront writes (two directions: as
+// run_recurrent's ping-pong; one direction: `out` throughout).
+float* wave_output(const Wave* w, uint32_t kl) {
+  return w->layer->dirs == 1 || kl % 2 == 0 ? w->out : w->in;
+}
+
 void wave_runner(void* ctx, size_t begin, size_t end) {
   Wave* w = static_cast<Wave*>(ctx);
   const CpuSession* cpu = cpu_of(w->s);
   const Layer& layer = *w->layer;
+  const uint32_t dirs = layer.dirs, cells = layer.num_layers * dirs;
   const uint32_t cols = layout::gate_row_floats(layer.gates, layer.hidden);
   const uint32_t panels = layout::panels_of(layer.hidden);
   for (size_t item = begin; item < end; ++item) {
@@ -472,25 +491,29 @@ void wave_runner(void* ctx, size_t begin, size_t end) {
     float* gates = cpu->wave_gates + size_t{slot} * (cpu->wave_overlap ? 2 : 1) * w->runner_floats;
     float* gates_next = cpu->wave_overlap ? gates + w->runner_floats : nullptr;
     for (;;) {
-      const uint32_t kl = w->next_layer.fetch_add(1, std::memory_order_relaxed);
-      if (kl >= layer.num_layers) break;
-      const uint32_t cell_index = layer.first_cell + kl;
-      const float* in = kl == 0 ? w->in : w->out;
+      const uint32_t ci = w->next_cell.fetch_add(1, std::memory_order_relaxed);
+      if (ci >= cells) break;
+      const uint32_t kl = ci / dirs, d = ci % dirs;
+      const uint32_t cell_index = layer.first_cell + ci;
+      const float* in = kl == 0 ? w->in : wave_output(w, kl - 1);
       const CellRun r{w->s,      &layer,          &w->s->model->cells[cell_index],
-                      w->k,      w->kind,         kl,
-                      0,         in,              kl == 0 ? layer.in : layer.out,
-                      w->out,    w->T,
+                      w->k,      w->kind,         ci,
+                      d,         in,              kl == 0 ? layer.in : layer.out,
+                      wave_output(w, kl), w->T,
                       1,         w->lengths,      cols,
                       panels,    panels,          size_t{cols} * layer.h_out,
                       true,      true,            slot};
       ChunkLoop loop{gates, gates_next, overlaps(r, cell_index, gates_next), false};
+      if (kl > 0 && dirs > 1) {  // the whole layer below first
+        for (uint32_t below = (kl - 1) * dirs; below < kl * dirs; ++below) wait_until(w->done[below], w->chunks);
+      }
       for (size_t c = 0; c < w->chunks; ++c) {
-        if (kl > 0) {
+        if (kl > 0 && dirs == 1) {
           const size_t need = c + (loop.overlap ? 2 : 1);
-          wait_until(w->done[kl - 1], need < w->chunks ? need : w->chunks);
+          wait_until(w->done[ci - 1], need < w->chunks ? need : w->chunks);
         }
         panel_chunk(r, cell_index, &loop, c * cpu->chunk_steps);
-        w->done[kl].store(c + 1, std::memory_order_release);
+        w->done[ci].store(c + 1, std::memory_order_release);
       }
     }
   }
@@ -503,7 +526,7 @@ bool wavefront(const ferry_session* s, const Layer& layer, const KernelSet* k, s
          layer_wavefronts(s->model, k, layer, cpu->xnn_cell[layer.first_cell] != nullptr);
 }
 
-float* run_wavefront(ferry_session* s, const Layer& layer, const KernelSet* k, const float* in, float* out, size_t T,
+float* run_wavefront(ferry_session* s, const Layer& layer, const KernelSet* k, float* in, float* out, size_t T,
                      const int32_t* lengths) {
   CpuSession* cpu = cpu_of(s);
   Wave w;
@@ -518,16 +541,18 @@ float* run_wavefront(ferry_session* s, const Layer& layer, const KernelSet* k, c
   w.chunks = (T + cpu->chunk_steps - 1) / cpu->chunk_steps;
   w.runner_floats = cpu->chunk_steps * size_t{layout::gate_row_floats(layer.gates, layer.hidden)};
   w.next_runner.store(0, std::memory_order_relaxed);
-  w.next_layer.store(0, std::memory_order_relaxed);
-  for (uint32_t kl = 0; kl < layer.num_layers; ++kl) w.done[kl].store(0, std::memory_order_relaxed);
-  const uint32_t runners = layer.num_layers < cpu->wave_runners ? layer.num_layers : cpu->wave_runners;
-  size_t work = 0;  // multiply-adds of the whole run: below the pool's threshold, one runner takes every layer
-  for (uint32_t kl = 0; kl < layer.num_layers; ++kl) {
-    const Cell& cell = s->model->cells[layer.first_cell + kl];
+  w.next_cell.store(0, std::memory_order_relaxed);
+  const uint32_t cells = layer.num_layers * layer.dirs;
+  for (uint32_t ci = 0; ci < cells; ++ci) w.done[ci].store(0, std::memory_order_relaxed);
+  const uint32_t side_by_side = wave_width(layer);
+  const uint32_t runners = side_by_side < cpu->wave_runners ? side_by_side : cpu->wave_runners;
+  size_t work = 0;  // multiply-adds of the whole run: below the pool's threshold, one runner takes every cell
+  for (uint32_t ci = 0; ci < cells; ++ci) {
+    const Cell& cell = s->model->cells[layer.first_cell + ci];
     work += T * (cell.w_ih.rows() * size_t{cell.w_ih.cols} + cell.w_hh.rows() * size_t{cell.w_hh.cols});
   }
   parallel_ranges(cpu->threadpool, runners, 1, work, wave_runner, &w);
-  return out;
+  return wave_output(&w, layer.num_layers - 1);
 }
 
 // A lone step (T == 1, B == 1) of a layer whose cells were prepared: per
