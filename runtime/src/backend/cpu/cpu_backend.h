@@ -94,7 +94,9 @@ constexpr uint64_t kProjectOverlapMinBytes = 256 * 1024;
 // alternations, `--repeat 40` medians): LSTM(64, 256) 6.1-6.3 ms against
 // 7.9-9.8 (one thread 12.1-13.1); LSTM(64, 256) x 2 16.7-19.2 against
 // 20.7-24.3 (32.7-34.0); GRU(40, 128) x 2 3.28-3.36 against 6.08-6.48
-// (6.31-6.58); LSTM(32, 64) 0.47 against 1.04-1.20 (0.84-0.85).
+// (6.31-6.58); LSTM(32, 64) 0.47 against 1.04-1.20 (0.84-0.85); in one
+// chunk, GRU(40, 128) x 2 at T 49 (`--repeat 200`, three alternations):
+// 333-395 us against 626-657 (613-633).
 constexpr uint64_t kWavefrontMaxBytes = 4 * 1024 * 1024;
 // Output rows (steps x batch) a Conv1d computes per GEMM call: its patches
 // (im2col rows) are gathered this many at a time.
@@ -147,6 +149,11 @@ bool layer_wavefronts(const ferry_model* m, const kernels::KernelSet* k, const L
 // Cells of such a module that can run side by side: its layers (one
 // direction: a chunk apart), or its two directions.
 inline uint32_t wave_width(const Layer& l) { return l.dirs > 1 ? l.dirs : l.num_layers; }
+
+// Whether a wavefront over `l` pays for a run of T steps in chunks of
+// `chunk`: stacked layers overlap only across chunks; two directions run
+// side by side from two steps on.
+inline bool wave_pays(const Layer& l, size_t T, size_t chunk) { return T > chunk || (l.dirs > 1 && T >= 2); }
 
 // Time steps per input-projection chunk for `max_batch` rows per step.
 size_t chunk_steps(size_t max_batch, size_t max_seq);

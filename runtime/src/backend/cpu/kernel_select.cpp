@@ -144,9 +144,10 @@ ferry_status choose_kernels(const ferry_model* m, const SessionConfig& config, K
         overlap = overlap || project_overlaps(set, kind, m->cells[l.first_cell + k], xnn);
       }
       // A wavefront over this module's cells, one runner per layer or per
-      // direction at a time (recurrent.cpp), for one-sample runs of more
-      // than one chunk.
-      if (threads >= 2 && chunks && layer_wavefronts(m, set, l, xnn)) {
+      // direction at a time (recurrent.cpp), for one-sample runs where it
+      // pays (wave_pays).
+      if (threads >= 2 && wave_pays(l, config.max_seq, chunk_steps(config.max_batch, config.max_seq)) &&
+          layer_wavefronts(m, set, l, xnn)) {
         const uint32_t width = wave_width(l);
         const uint32_t runners = width < threads ? width : static_cast<uint32_t>(threads);
         if (runners > c->wave_runners) c->wave_runners = runners;

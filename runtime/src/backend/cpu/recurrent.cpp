@@ -522,7 +522,7 @@ void wave_runner(void* ctx, size_t begin, size_t end) {
 // Whether a run of `layer` (T steps, B samples) is a wavefront.
 bool wavefront(const ferry_session* s, const Layer& layer, const KernelSet* k, size_t T, size_t B) {
   const CpuSession* cpu = cpu_of(s);
-  return cpu->wave_runners >= 2 && B == 1 && T > cpu->chunk_steps &&
+  return cpu->wave_runners >= 2 && B == 1 && wave_pays(layer, T, cpu->chunk_steps) &&
          layer_wavefronts(s->model, k, layer, cpu->xnn_cell[layer.first_cell] != nullptr);
 }
 
