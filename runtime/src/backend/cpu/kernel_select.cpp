@@ -105,7 +105,10 @@ ferry_status choose_kernels(const ferry_model* m, const SessionConfig& config, K
       return fail(FERRY_UNSUPPORTED, "backend %s is not served by the CPU backend", ferry_backend_name(backend));
   }
   const bool auto_xnn = backend == FERRY_BACKEND_AUTO && use_simd && xnnpack_is_wider_here() && xnn::available();
-  const size_t chunk_rows = config.max_batch * chunk_steps(config.max_batch, config.max_seq);
+  const size_t chunk = chunk_steps(config.max_batch, config.max_seq);
+  const size_t chunk_rows = config.max_batch * chunk;
+  const bool chunks = config.max_seq > chunk;  // a run may take more than one chunk
+  const size_t threads = pool_threads(config.threadpool);
   bool time_axis = false;
   for (uint32_t i = 0; i < m->num_layers; ++i) {
     const Layer& l = m->layers[i];
@@ -134,8 +137,6 @@ ferry_status choose_kernels(const ferry_model* m, const SessionConfig& config, K
       const bool xnn = xnn_ok && (c->xnn_always || (auto_xnn && chunk_rows >= kXnnpackMinRows));
       for (uint32_t k = 0; k < l.num_layers * l.dirs; ++k) c->xnn_cell[l.first_cell + k] = xnn;
       c->any_xnnpack = c->any_xnnpack || xnn;
-      const size_t threads = pool_threads(config.threadpool);
-      const bool chunks = config.max_seq > chunk_steps(config.max_batch, config.max_seq);
       // Whether some cell of the module computes projections in its steps
       // (a second chunk of gate rows: on one thread, or per wavefront runner).
       bool overlap = false;
@@ -146,8 +147,7 @@ ferry_status choose_kernels(const ferry_model* m, const SessionConfig& config, K
       // A wavefront over this module's cells, one runner per layer or per
       // direction at a time (recurrent.cpp), for one-sample runs where it
       // pays (wave_pays).
-      if (threads >= 2 && wave_pays(l, config.max_seq, chunk_steps(config.max_batch, config.max_seq)) &&
-          layer_wavefronts(m, set, l, xnn)) {
+      if (threads >= 2 && wave_pays(l, config.max_seq, chunk) && layer_wavefronts(m, set, l, xnn)) {
         const uint32_t width = wave_width(l);
         const uint32_t runners = width < threads ? width : static_cast<uint32_t>(threads);
         if (runners > c->wave_runners) c->wave_runners = runners;
