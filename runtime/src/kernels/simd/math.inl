@@ -36,7 +36,7 @@ FERRY_VEC_INLINE void vstore_lanes(float* p, Vec v, uint32_t n) {
 
 // ------------------------------------------------------ nonlinearities --
 //
-// tanh(x) = x P(y) / Q(y), y = x^2, x clamped to [-9, 9] (tanh(9) is 1.0f
+// tanh(x) = x P(y) / Q(y), y = x^2 clamped to [0, 81] (tanh(9) is 1.0f
 // to float precision): a 6/3 rational in y, minimax in absolute error on
 // [0, 9], fitted by scripts/fit_tanh.py (which prints these coefficients).
 // P and Q are evaluated by Estrin's scheme (y, y^2, y^4, then three levels of
@@ -44,29 +44,57 @@ FERRY_VEC_INLINE void vstore_lanes(float* p, Vec v, uint32_t n) {
 // (2^-22), so that the dependent chain is about 30 cycles on Zen instead of
 // the ~60 of a sigmoid built on exp: an LSTM or GRU step at small H waits
 // on two of them in a row (the gates, then tanh(c') or n).
-// The result is clamped to [-1, 1] (the roundings can pass 1 by a few ulp).
+// The result is clamped to [-1, 1]: the roundings can pass 1 by a few ulp,
+// and past |x| = 9 (y held at 81) the ratio grows with x.
 // sigmoid(x) = 1/2 + tanh(x/2) / 2, so it stays in [0, 1].
 // Measured over [-30, 30] in steps of 1.5e-6 against double: |tanh error|
 // <= 3.9e-7, |sigmoid error| <= 2.3e-7 (the exp-based forms they replaced:
 // 3.0e-7 and 1.6e-7; tests/unit/test_backends checks <= 1e-6 through every
 // backend). NaN in gives NaN out (the clamps keep NaN, see vmax/vmin); +-inf
 // give +-1, and 1, 0.
-FERRY_VEC_INLINE Vec vtanh(Vec x) {
-  const Vec t = vmin(vset1(9.0f), vmax(vset1(-9.0f), x));
-  const Vec y = vmul(t, t), y2 = vmul(y, y), y4 = vmul(y2, y2);
-  const Vec p01 = vfma(vset1(0.127735108f), y, vset1(0.999999523f));
-  const Vec p23 = vfma(vset1(7.64964807e-06f), y, vset1(0.00276020123f));
-  const Vec p45 = vfma(vset1(-9.47882051e-12f), y, vset1(-6.59366739e-09f));
+//
+// Counted in operations, because a small-H LSTM / GRU step is bound by its
+// floating-point operations (at H 16 the update's are as many as the
+// products'): one min on y instead of a max and a min on x, and sigmoid's
+// halving folded into the coefficients (the coefficient of y^k times 4^-k,
+// on y = x^2, gives every intermediate of the rational on y = (x/2)^2
+// exactly, being powers of 2; the numerator times x is twice the one times
+// x/2, so 1/2 + tanh(x/2)/2 = 1/2 + that ratio / 4 exactly): 20 operations
+// for tanh and 21 for sigmoid instead of 21 and 23. On Zen 4 the same bits
+// as clamping x to [-9, 9] and multiplying by 1/2 for every float but NaN
+// (scripts/check_vtanh.cpp runs over all of them; past 9 both give 1
+// wherever the rational at 9 rounds to at least 1, as on Zen 4), and
+// ferry_bench_kernels' LSTM / GRU steps at H 16 take 82.0-83.5 / 62.2-63.4
+// ns instead of 85.2-89.7 / 65.4-72.2 (four alternations).
+
+// P(y) / Q(y) * x with the coefficients of y^k scaled by S^k (S = 1, or
+// 1/4 for sigmoid: exact), y as the caller computed it from x.
+template <int kQuarter>
+FERRY_VEC_INLINE Vec tanh_ratio(Vec x, Vec y) {
+  constexpr float s1 = kQuarter ? 0.25f : 1.0f, s2 = s1 * s1, s3 = s2 * s1, s4 = s2 * s2, s5 = s4 * s1,
+                  s6 = s3 * s3;
+  const Vec y2 = vmul(y, y), y4 = vmul(y2, y2);
+  const Vec p01 = vfma(vset1(0.127735108f * s1), y, vset1(0.999999523f));
+  const Vec p23 = vfma(vset1(7.64964807e-06f * s3), y, vset1(0.00276020123f * s2));
+  const Vec p45 = vfma(vset1(-9.47882051e-12f * s5), y, vset1(-6.59366739e-09f * s4));
   const Vec p03 = vfma(p23, y2, p01);
-  const Vec p46 = vfma(vset1(6.60268552e-14f), y2, p45);
-  const Vec num = vmul(vfma(p46, y4, p03), t);
-  const Vec q01 = vfma(vset1(0.461066663f), y, vset1(1.0f));
-  const Vec q23 = vfma(vset1(0.000205080389f), y, vset1(0.0231177174f));
-  const Vec r = vmul(num, vrecip(vfma(q23, y2, q01)));
-  return vmin(vset1(1.0f), vmax(vset1(-1.0f), r));  // the rounding can pass 1 by a few ulp
+  const Vec p46 = vfma(vset1(6.60268552e-14f * s6), y2, p45);
+  const Vec num = vmul(vfma(p46, y4, p03), x);
+  const Vec q01 = vfma(vset1(0.461066663f * s1), y, vset1(1.0f));
+  const Vec q23 = vfma(vset1(0.000205080389f * s3), y, vset1(0.0231177174f * s2));
+  return vmul(num, vrecip(vfma(q23, y2, q01)));
 }
 
-FERRY_VEC_INLINE Vec vsigmoid(Vec x) { return vfma(vset1(0.5f), vtanh(vmul(vset1(0.5f), x)), vset1(0.5f)); }
+// The clamps put the constant first, so that NaN comes through (vmin/vmax).
+FERRY_VEC_INLINE Vec vtanh(Vec x) {
+  const Vec r = tanh_ratio<0>(x, vmin(vset1(81.0f), vmul(x, x)));
+  return vmin(vset1(1.0f), vmax(vset1(-1.0f), r));
+}
+
+FERRY_VEC_INLINE Vec vsigmoid(Vec x) {
+  const Vec r = tanh_ratio<1>(x, vmin(vset1(324.0f), vmul(x, x)));  // 2 tanh(x / 2)
+  return vfma(vset1(0.25f), vmin(vset1(2.0f), vmax(vset1(-2.0f), r)), vset1(0.5f));
+}
 
 // exp(z) for z already clamped to [-87, 87] (so that 2^n stays normal), for
 // ELU: range reduction exp(z) = 2^n * exp(r), n = round(z / ln 2),
