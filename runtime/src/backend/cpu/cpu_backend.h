@@ -155,6 +155,30 @@ inline uint32_t wave_width(const Layer& l) { return l.dirs > 1 ? l.dirs : l.num_
 // side by side from two steps on.
 inline bool wave_pays(const Layer& l, size_t T, size_t chunk) { return T > chunk || (l.dirs > 1 && T >= 2); }
 
+// What cell `ci` (layer ci / dirs, direction ci % dirs) of a wavefront over
+// `l` waits for before its chunk `c` of `chunks`: cells [first, first +
+// count) to have finished `need` chunks each (count 0: nothing).
+//   One direction: layer k's chunk c waits for layer k-1 to finish chunk c
+//   (c + 1 when `overlap`: layer k's steps project its next chunk, which
+//   reads layer k-1's rows of chunk c + 1).
+//   Two directions: before its first chunk, a cell of layer k waits for both
+//   cells of layer k-1 to finish (its backward cell's first step reads the
+//   last row of the layer below; the forward cell's rows are also written
+//   by the backward cell below).
+// Every cell waited on has a lower index, so runners that take cells in
+// index order cannot wait on each other in a cycle (tests/unit: WaveWait).
+struct WaveWait {
+  uint32_t first, count;
+  size_t need;
+};
+inline WaveWait wave_wait(const Layer& l, uint32_t ci, size_t c, size_t chunks, bool overlap) {
+  const uint32_t kl = ci / l.dirs;
+  if (kl == 0) return WaveWait{0, 0, 0};
+  if (l.dirs > 1) return c == 0 ? WaveWait{(kl - 1) * l.dirs, l.dirs, chunks} : WaveWait{0, 0, 0};
+  const size_t need = c + (overlap ? 2 : 1);
+  return WaveWait{ci - 1, 1, need < chunks ? need : chunks};
+}
+
 // Time steps per input-projection chunk for `max_batch` rows per step.
 size_t chunk_steps(size_t max_batch, size_t max_seq);
 

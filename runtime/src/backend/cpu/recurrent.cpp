@@ -430,10 +430,11 @@ void panel_chunks(const CellRun& r, uint32_t cell_index) {
 //   side; a layer's cells start once both cells of the layer below have
 //   finished (its backward cell's first step needs the last output of the
 //   layer below).
-// Cells are taken in order and each waits only on cells of the layer below,
-// which runners have already taken: no runner can wait on one that waits
-// on it, whatever number of threads the pool really gives. The same kernels
-// run on the same chunks as on one thread: the same bits.
+// (The rule is wave_wait, cpu_backend.h.) Cells are taken in order and each
+// waits only on cells of the layer below, which runners have already taken:
+// no runner can wait on one that waits on it, whatever number of threads the
+// pool really gives. The same kernels run on the same chunks as on one
+// thread: the same bits.
 //
 // Buffers, one direction: layer 0 reads `in` and writes `out`; each layer
 // above works in place in `out` (rows of the module's width). A chunk's rows
@@ -504,13 +505,10 @@ void wave_runner(void* ctx, size_t begin, size_t end) {
                       panels,    panels,          size_t{cols} * layer.h_out,
                       true,      true,            slot};
       ChunkLoop loop{gates, gates_next, overlaps(r, cell_index, gates_next), false};
-      if (kl > 0 && dirs > 1) {  // the whole layer below first
-        for (uint32_t below = (kl - 1) * dirs; below < kl * dirs; ++below) wait_until(w->done[below], w->chunks);
-      }
       for (size_t c = 0; c < w->chunks; ++c) {
-        if (kl > 0 && dirs == 1) {
-          const size_t need = c + (loop.overlap ? 2 : 1);
-          wait_until(w->done[ci - 1], need < w->chunks ? need : w->chunks);
+        const WaveWait wait = wave_wait(layer, ci, c, w->chunks, loop.overlap);
+        for (uint32_t below = wait.first; below < wait.first + wait.count; ++below) {
+          wait_until(w->done[below], wait.need);
         }
         panel_chunk(r, cell_index, &loop, c * cpu->chunk_steps);
         w->done[ci].store(c + 1, std::memory_order_release);
