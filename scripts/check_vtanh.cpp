@@ -19,7 +19,6 @@ namespace now {
 
 namespace before {
 using namespace now;  // the vector helpers (vec_avx2.h has #pragma once)
-FERRY_VEC_INLINE Vec vrecip_(Vec d) { return vrecip(d); }
 FERRY_VEC_INLINE Vec vtanh(Vec x) {
   const Vec t = vmin(vset1(9.0f), vmax(vset1(-9.0f), x));
   const Vec y = vmul(t, t), y2 = vmul(y, y), y4 = vmul(y2, y2);
@@ -31,7 +30,7 @@ FERRY_VEC_INLINE Vec vtanh(Vec x) {
   const Vec num = vmul(vfma(p46, y4, p03), t);
   const Vec q01 = vfma(vset1(0.461066663f), y, vset1(1.0f));
   const Vec q23 = vfma(vset1(0.000205080389f), y, vset1(0.0231177174f));
-  const Vec r = vmul(num, vrecip_(vfma(q23, y2, q01)));
+  const Vec r = vmul(num, vrecip(vfma(q23, y2, q01)));
   return vmin(vset1(1.0f), vmax(vset1(-1.0f), r));
 }
 FERRY_VEC_INLINE Vec vsigmoid(Vec x) { return vfma(vset1(0.5f), before::vtanh(vmul(vset1(0.5f), x)), vset1(0.5f)); }
