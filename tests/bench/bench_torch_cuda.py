@@ -52,6 +52,12 @@ def bench_torch(args, params, x):
         return {"us": None, "note": "torch %s without CUDA or no GPU" % torch.__version__}
     import numpy as np
     dev = torch.device("cuda", args.device)
+    # cuDNN's RNNs use TF32 tensor cores unless told not to (allow_tf32 is
+    # True by default for cuDNN): 10-bit mantissas, about 1e-4 off. ferry
+    # computes in float32, so the comparison is float32 against float32
+    # unless FERRY_BENCH_TORCH_TF32=1.
+    torch.backends.cudnn.allow_tf32 = args.tf32
+    torch.backends.cuda.matmul.allow_tf32 = args.tf32
     lstm = torch.nn.LSTM(args.input, args.hidden, num_layers=args.layers)
     with torch.no_grad():
         for name, p in lstm.named_parameters():
@@ -91,8 +97,9 @@ def bench_torch(args, params, x):
             t1 = time.perf_counter()
             if i >= 0:
                 times.append((t1 - t0) * 1e6)
-    note = "torch %s, cuDNN %s, %s" % (torch.__version__, torch.backends.cudnn.version(),
-                                       torch.cuda.get_device_name(args.device))
+    note = "torch %s, cuDNN %s, %s, TF32 %s" % (torch.__version__, torch.backends.cudnn.version(),
+                                                torch.cuda.get_device_name(args.device),
+                                                "on" if args.tf32 else "off")
     return {"us": median(times), "note": note}
 
 
@@ -175,6 +182,10 @@ def main():
     ap.add_argument("--streaming", action="store_true")
     ap.add_argument("--no-torch", action="store_true")
     ap.add_argument("--no-ort", action="store_true")
+    ap.add_argument("--tf32", action="store_true",
+                    default=os.environ.get("FERRY_BENCH_TORCH_TF32") == "1",
+                    help="let cuDNN use TF32 (default: off, float32 like ferry; "
+                         "or FERRY_BENCH_TORCH_TF32=1)")
     args = ap.parse_args()
     try:
         params, x = load(args)
