@@ -82,6 +82,68 @@ __global__ void __launch_bounds__(kThreads) gemm_f32_panel8(GemmParams g) {
   }
 }
 
+// C = bias + A W for at most kRowsFew rows of A (a streaming step's input
+// projection: batch rows, one time step), the same values as
+// gemm_f32_panel8 bit for bit: per output one fmaf chain over k from 0
+// upwards, the bias added last. gemm_f32_panel8 pads k to a multiple of
+// kTileK with exact zeros, and fmaf(0, 0, acc) is acc except that -0
+// becomes +0: one such fmaf after the chain where K is not a multiple gives
+// the same bits (NaN and the infinities pass through it unchanged).
+//
+// The 64x64 tile wastes 63 of its 64 rows on one row, and its 16-column
+// passes wait on global memory 64 times for K = 1024 (an H100, H = 1024
+// step: 245 us under ncu). Here a block takes 32 columns (thread: column
+// lane, k rows warp + 8j): all 256 threads hold the next kFewK-column slice
+// of W (16 loads each) and of A in registers while warp m runs row m's 32
+// chains over the current slice in shared memory.
+constexpr int kRowsFew = kWarps;  // 8: one warp of chains per row
+constexpr int kFewCols = 32;
+constexpr int kFewK = 128;
+constexpr int kFewW = kFewK * kFewCols / kThreads;  // 16 W values per thread and slice
+constexpr int kFewA = kRowsFew * kFewK / kThreads;  // 4 A values per thread and slice
+
+__global__ void __launch_bounds__(kThreads) gemm_f32_panel8_few_rows(GemmParams g) {
+  __shared__ float ws[kFewK][kFewCols];
+  __shared__ float as[kRowsFew][kFewK];
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int64_t m = g.m;
+  const size_t k_stride = static_cast<size_t>(g.gates) * 8;  // between W's k rows of one column
+  for (int col0 = blockIdx.x * kFewCols; col0 < g.n; col0 += gridDim.x * kFewCols) {
+    const int c = col0 + lane;
+    const float* wc = c < g.n ? g.w + gemm_weight_index(g.gates, g.k, c, 0) : nullptr;
+    float wr[kFewW], ar[kFewA];
+    auto fetch = [&](int k0) {  // slice [k0, k0 + kFewK) into registers
+#pragma unroll
+      for (int j = 0; j < kFewW; ++j) {
+        const int k = k0 + warp + 8 * j;
+        wr[j] = wc && k < g.k ? wc[k * k_stride] : 0.0f;
+      }
+#pragma unroll
+      for (int j = 0; j < kFewA; ++j) {
+        const int r = (tid >> 7) + 2 * j, k = k0 + (tid & 127);
+        ar[j] = r < m && k < g.k ? g.a[r * g.lda + k] : 0.0f;
+      }
+    };
+    fetch(0);
+    float acc = 0.0f;
+    for (int k0 = 0; k0 < g.k; k0 += kFewK) {
+#pragma unroll
+      for (int j = 0; j < kFewW; ++j) ws[warp + 8 * j][lane] = wr[j];
+#pragma unroll
+      for (int j = 0; j < kFewA; ++j) as[(tid >> 7) + 2 * j][tid & 127] = ar[j];
+      __syncthreads();
+      if (k0 + kFewK < g.k) fetch(k0 + kFewK);  // in flight while the chains run
+      if (warp < m) {
+        const int kn = min_int(kFewK, g.k - k0);
+        for (int kk = 0; kk < kn; ++kk) acc = fmaf(as[warp][kk], ws[kk][lane], acc);
+      }
+      __syncthreads();
+    }
+    if (g.k % kTileK != 0) acc = fmaf(0.0f, 0.0f, acc);  // gemm_f32_panel8's zero padding
+    if (warp < m && c < g.n) g.c[warp * g.ldc + c] = (g.bias ? g.bias[c] : 0.0f) + acc;
+  }
+}
+
 // ------------------------------------------------------------ recurrence --
 
 // Partial products of `vecs` Panel8 vectors of `w` (gates G, K columns)
@@ -109,6 +171,10 @@ __device__ __forceinline__ void panel_products(const float* w, int G, int K, int
     float acc[kBatchGroup];
 #pragma unroll
     for (int q = 0; q < kBatchGroup; ++q) acc[q] = 0.0f;
+    // Unrolled so that 8 loads of W are in flight at once (a step reads W_hh
+    // from L2: without it one load waited on the last, 15 us for H = 64 on
+    // an H100); the chain is the same.
+#pragma unroll 8
     for (int k = k0; k < k1; ++k) {
       const float wk = wv[k * stride];
 #pragma unroll
@@ -334,6 +400,11 @@ unsigned grid_for(size_t n) {
 
 cudaError_t launch_gemm(const GemmParams& p, cudaStream_t stream) {
   if (p.m == 0 || p.n == 0) return cudaSuccess;
+  if (p.m <= kRowsFew) {
+    const int groups = (p.n + kFewCols - 1) / kFewCols;
+    gemm_f32_panel8_few_rows<<<static_cast<unsigned>(groups < 65535 ? groups : 65535), kThreads, 0, stream>>>(p);
+    return cudaGetLastError();
+  }
   const int64_t tiles_m = (p.m + kTile - 1) / kTile;
   const dim3 grid(static_cast<unsigned>((p.n + kTile - 1) / kTile), static_cast<unsigned>(tiles_m < 65535 ? tiles_m : 65535));
   gemm_f32_panel8<<<grid, kThreads, 0, stream>>>(p);

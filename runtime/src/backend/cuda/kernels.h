@@ -6,6 +6,8 @@
 //
 // Kernels (all 256 threads per block):
 //   gemm_f32_panel8            C = bias + A W, 64x64 tiles, k ascending
+//   gemm_f32_panel8_few_rows   the same bits for at most 8 rows of A (a
+//                              streaming step), 32 columns a block
 //   recurrent_f32_panel8_step_a / _step_b
 //                              one time step: phase A (gates, update),
 //                              phase B (LSTM projection); W from global/L2;
