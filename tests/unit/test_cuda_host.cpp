@@ -96,8 +96,8 @@ EmulatedDevice* emu(void* ctx) { return static_cast<EmulatedDevice*>(ctx); }
 
 void emulate_phase_a(const fc::RecurrentParams& p, const fc::CallView& call, int i, int block) {
   uint32_t p0 = 0, p1 = 0;
-  fc::block_range(static_cast<uint32_t>(block), static_cast<uint32_t>(p.panels_per_block), fc::panels_of(p.hidden),
-                  &p0, &p1);
+  int32_t b_begin = 0, b_end = 0;
+  fc::phase_a_share(p, static_cast<uint32_t>(block), call.batch, &p0, &p1, &b_begin, &b_end);
   if (p0 >= p1) return;
   const fc::StepView sv = fc::step_view(p, call, i);
   const uint32_t G = p.gates, P = p.h_out;
@@ -106,8 +106,8 @@ void emulate_phase_a(const fc::RecurrentParams& p, const fc::CallView& call, int
   const int tile = p.batch_tile, splits = static_cast<int>(fc::k_splits_for(P));
   const uint32_t chunk = fc::k_chunk_for(P);
   std::vector<float> hs(size_t(tile) * P), part(size_t(splits) * tile * rows);
-  for (int b0 = 0; b0 < call.batch; b0 += tile) {
-    const int nb = std::min(tile, call.batch - b0);
+  for (int b0 = b_begin; b0 < b_end; b0 += tile) {
+    const int nb = std::min(tile, b_end - b0);
     std::memcpy(hs.data(), sv.h_prev + size_t(b0) * P, size_t(nb) * P * sizeof(float));
     for (int s = 0; s < splits; ++s)
       for (int bb = 0; bb < nb; ++bb)
@@ -796,10 +796,21 @@ TEST(CudaHost, RecurrenceRule) {
     EXPECT_LE(r.step.shared_a, fc::kStepSharedBytes);
     EXPECT_GE(r.step.batch_tile, 1u);
     EXPECT_LE(r.step.batch_tile, w.batch);
+    EXPECT_EQ(r.step.batch_slices, 1u);
     if (r.persistent) {
-      // At most one block per SM; the W_hh slice and the work fit.
+      // At most one block per SM; the W_hh slice and the work fit; the
+      // SMs left over split the batch, at least kBatchGroup samples a slice.
       EXPECT_LE(r.resident.blocks, w.caps.sm_count);
-      EXPECT_GE(r.resident.blocks * r.resident.panels_per_block, panels);
+      const uint32_t slices = r.resident.batch_slices, groups = r.resident.blocks / slices;
+      EXPECT_EQ(r.resident.blocks % slices, 0u);
+      EXPECT_GE(groups * r.resident.panels_per_block, panels);
+      EXPECT_LT((groups - 1) * r.resident.panels_per_block, panels);
+      EXPECT_LE(size_t{slices - 1} * fc::kBatchGroup, w.batch);
+      // ... and as many slices as that allows: one more would not fit the SMs or the batch.
+      EXPECT_TRUE(groups * (slices + 1) > w.caps.sm_count || size_t{slices} * fc::kBatchGroup >= w.batch)
+          << groups << " panel groups x " << slices << " slices";
+      if (w.batch == 64 && std::string(w.device) == "h100") EXPECT_EQ(slices, 4u) << "W3: 32 panel groups x 4 slices";
+      if (w.batch == 1) EXPECT_EQ(slices, 1u);
       EXPECT_EQ(r.resident_weights, size_t{r.resident.panels_per_block} * w.hidden * 4 * 8 * 4);
       EXPECT_LE(r.resident_shared, std::min(w.caps.shared_per_block_optin, w.caps.shared_per_sm - 1024));
       EXPECT_EQ(r.resident_shared, r.resident_weights + r.resident.shared_a);

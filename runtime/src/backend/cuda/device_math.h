@@ -200,6 +200,7 @@ struct RecurrentParams {
   int32_t batch_tile;             // phase A: samples staged per pass
   int32_t proj_panels_per_block;  // phase B: projection panels per block
   int32_t proj_batch_tile;
+  int32_t batch_slices;  // phase A: the batch split over this many groups of blocks (1: not split)
   int32_t y_stride;  // floats between output rows (the module's width)
   int32_t y_offset;  // this direction's first column
   const float* w_hh;   // Panel8 [G*H, P]
@@ -213,6 +214,26 @@ struct RecurrentParams {
   int32_t* counter;    // [0] next step, [1] blocks done (CUDA Graph replay)
   const CallDesc* desc;
 };
+
+// Phase A's share of block `block`: hidden panels [p0, p1) and samples
+// [b0, b1) of a call of `batch` samples. Blocks are panel groups within a
+// batch slice (block = slice * panel_blocks + group); the slices are
+// contiguous, ceil(batch / slices) samples each. Which block computes a
+// sample changes nothing in how it is computed, so any slicing gives the
+// same bits.
+FERRY_HD void phase_a_share(const RecurrentParams& p, uint32_t block, int32_t batch, uint32_t* p0, uint32_t* p1,
+                            int32_t* b0, int32_t* b1) {
+  const uint32_t panels = panels_of(static_cast<uint32_t>(p.hidden));
+  const uint32_t per = static_cast<uint32_t>(p.panels_per_block);
+  const uint32_t groups = (panels + per - 1) / per;
+  const int32_t slices = p.batch_slices > 1 ? p.batch_slices : 1;
+  const uint32_t slice = block / groups;
+  block_range(block % groups, per, panels, p0, p1);
+  const int32_t per_slice = (batch + slices - 1) / slices;
+  const int32_t begin = static_cast<int32_t>(slice) * per_slice;
+  *b0 = slice < static_cast<uint32_t>(slices) && begin < batch ? begin : batch;
+  *b1 = *b0 + per_slice < batch ? *b0 + per_slice : batch;
+}
 
 // What one call tells a cell (its CallDesc entries).
 struct CallView {

@@ -130,6 +130,7 @@ ferry_status build_exec_state(const ferry_model* m, const SessionConfig& config,
           q.batch_tile = static_cast<int32_t>(dec.batch_tile);
           q.proj_panels_per_block = static_cast<int32_t>(dec.proj_panels_per_block);
           q.proj_batch_tile = static_cast<int32_t>(dec.proj_batch_tile);
+          q.batch_slices = static_cast<int32_t>(dec.batch_slices);
           return q;
         };
         r.step = with(r.recurrence.step);

@@ -192,16 +192,17 @@ __device__ __forceinline__ void panel_products(const float* w, int G, int K, int
 // Phase A of step i for the hidden panels [p0, p1), whose W_hh panels are
 // at `w` (global memory or the block's shared copy). smem: [tile][P] of h
 // staged, then the partial products [splits][tile][rows].
-__device__ void phase_a(const RecurrentParams& p, const float* w, int p0, int p1, const CallView& call, int i,
-                        float* smem) {
-  const int G = p.gates, P = p.h_out, B = call.batch;
+__device__ void phase_a(const RecurrentParams& p, const float* w, int p0, int p1, int b_begin, int b_end,
+                        const CallView& call, int i, float* smem) {
+  const int G = p.gates, P = p.h_out;
   const StepView sv = step_view(p, call, i);
   const int vecs = (p1 - p0) * G, rows = vecs * 8, units = (p1 - p0) * 8;
   const int tile = p.batch_tile;
   float* hs = smem;
   float* part = smem + static_cast<size_t>(tile) * P;
-  for (int b0 = 0; b0 < B; b0 += tile) {
-    const int nb = min_int(tile, B - b0);
+  for (int b0 = b_begin; b0 < b_end; b0 += tile) {
+    const int nb = min_int(tile, b_end - b0);
+#pragma unroll 8
     for (int e = threadIdx.x; e < nb * P; e += kThreads) hs[e] = __ldcg(sv.h_prev + static_cast<size_t>(b0) * P + e);
     __syncthreads();
     panel_products(w, G, P, vecs, hs, nb, tile, part);
@@ -226,6 +227,7 @@ __device__ void phase_b(const RecurrentParams& p, int q0, int q1, const CallView
   float* part = smem + static_cast<size_t>(tile) * H;
   for (int b0 = 0; b0 < B; b0 += tile) {
     const int nb = min_int(tile, B - b0);
+#pragma unroll 8
     for (int e = threadIdx.x; e < nb * H; e += kThreads) hs[e] = __ldcg(p.h_full + static_cast<size_t>(b0) * H + e);
     __syncthreads();
     panel_products(w, 1, H, vecs, hs, nb, tile, part);
@@ -268,11 +270,12 @@ __global__ void __launch_bounds__(kThreads) recurrent_f32_panel8_step_a(Recurren
   extern __shared__ float smem[];
   const CallView call = read_call(p);
   const int i = read_step(p);
-  int p0, p1;
-  block_panels(blockIdx.x, p.panels_per_block, static_cast<int>(panels_of(p.hidden)), &p0, &p1);
+  uint32_t p0, p1;
+  int32_t b0, b1;
+  phase_a_share(p, blockIdx.x, call.batch, &p0, &p1, &b0, &b1);
   if (p0 < p1) {
     const float* w = p.w_hh + static_cast<size_t>(p0) * p.h_out * p.gates * 8;
-    phase_a(p, w, p0, p1, call, i, smem);
+    phase_a(p, w, static_cast<int>(p0), static_cast<int>(p1), b0, b1, call, i, smem);
   }
   if (!p.w_hr) finish_step(p, i, call.steps);
 }
@@ -289,13 +292,16 @@ __global__ void __launch_bounds__(kThreads) recurrent_f32_panel8_step_b(Recurren
 
 // All the steps of the call: each block copies its W_hh panels into shared
 // memory once, then steps with one grid-wide sync after phase A (and one
-// after phase B). Launched cooperatively: every block is resident.
+// after phase B). Launched cooperatively: every block is resident. With a
+// large batch the plan splits it (batch_slices): the blocks of each slice
+// hold the same panels and take their slice's samples in phase A.
 __global__ void __launch_bounds__(kThreads, 1) recurrent_f32_panel8_persistent(RecurrentParams p) {
   extern __shared__ float smem[];
   cg::grid_group grid = cg::this_grid();
   const CallView call = read_call(p);
-  int p0, p1;
-  block_panels(blockIdx.x, p.panels_per_block, static_cast<int>(panels_of(p.hidden)), &p0, &p1);
+  uint32_t p0, p1;
+  int32_t b0, b1;
+  phase_a_share(p, blockIdx.x, call.batch, &p0, &p1, &b0, &b1);
   const size_t panel_floats = static_cast<size_t>(p.h_out) * p.gates * 8;
   float* ws = smem;
   float* work = smem + static_cast<size_t>(p.panels_per_block) * panel_floats;
@@ -306,7 +312,7 @@ __global__ void __launch_bounds__(kThreads, 1) recurrent_f32_panel8_persistent(R
   int q0 = 0, q1 = 0;
   if (p.w_hr) block_panels(blockIdx.x, p.proj_panels_per_block, static_cast<int>(panels_of(p.h_out)), &q0, &q1);
   for (int i = 0; i < call.steps; ++i) {
-    if (p0 < p1) phase_a(p, ws, p0, p1, call, i, work);
+    if (p0 < p1) phase_a(p, ws, static_cast<int>(p0), static_cast<int>(p1), b0, b1, call, i, work);
     grid.sync();
     if (p.w_hr) {
       if (q0 < q1) phase_b(p, q0, q1, call, i, work);

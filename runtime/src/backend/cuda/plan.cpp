@@ -241,6 +241,11 @@ ferry_status choose_recurrence(const CellShape& shape, size_t max_batch, const D
   Decomposition& rs = out->resident;
   rs.panels_per_block = max_u32(ceil_div(panels, caps.sm_count), st.panels_per_block);
   rs.blocks = ceil_div(panels, rs.panels_per_block);
+  // SMs left over: split the batch, kBatchGroup samples a slice at least
+  // (W3 on an H100: 32 panel groups x 4 slices of 16 samples, 128 of 132
+  // SMs instead of 32). Each slice's blocks hold the same panels.
+  rs.batch_slices = max_u32(1, min_u32(caps.sm_count / rs.blocks, groups));
+  rs.blocks *= rs.batch_slices;
   const size_t weights = size_t{rs.panels_per_block} * P * G * 8 * sizeof(float);
   size_t limit = caps.shared_per_block_optin;
   if (caps.shared_per_sm >= 1024 && caps.shared_per_sm - 1024 < limit) limit = caps.shared_per_sm - 1024;

@@ -34,6 +34,10 @@
 //                   max shared per block (opt-in), shared per SM - 1 KiB).
 //               (panels = ceil(H / 8), P = H_out, G = gates.) Used for calls
 //               of more than one step; init confirms with the occupancy API.
+//               The SMs the panel groups leave idle split the batch
+//               (batch_slices, at least kBatchGroup samples a slice; each
+//               slice's blocks hold the same panels): W3 on an H100, 32
+//               panel groups x 4 slices of 16 samples.
 //   graph       otherwise, and for every single step: each step is one
 //               kernel (two with a projection) reading W_hh through L2;
 //               the steps of a call are replayed from CUDA Graphs captured
@@ -132,6 +136,7 @@ struct CellShape {
 // How a kernel splits a cell over blocks (RecurrentParams fields).
 struct Decomposition {
   uint32_t blocks = 0, panels_per_block = 0, batch_tile = 0;  // phase A
+  uint32_t batch_slices = 1;  // phase A: blocks = panel groups x slices of the batch (phase_a_share)
   uint32_t proj_blocks = 0, proj_panels_per_block = 0, proj_batch_tile = 0;  // phase B
   size_t shared_a = 0, shared_b = 0;  // dynamic shared memory bytes per block
 };
