@@ -27,8 +27,7 @@ const std::string kModels = std::string(FERRY_FIXTURES_DIR) + "/models/";
 const std::string kTorch2 = std::string(FERRY_FIXTURES_DIR) + "/torch2/";
 
 struct Fixture {
-  std::string dir;  // the manifest's folder: pt, input and output are relative to it
-  std::string name, pt, input, output, graph, form, nonlinearity;
+  std::string name, pt, input, output, graph, form, nonlinearity;  // pt, input, output: full paths
   bool batch_first = false;
   double tolerance = 1e-5;
   std::vector<int> lengths;
@@ -44,7 +43,6 @@ std::vector<Fixture> load_manifest(const std::string& dir) {
   std::vector<Fixture> out;
   for (const auto& e : j) {
     Fixture x;
-    x.dir = dir;
     x.name = e.at("name");
     x.pt = dir + e.at("pt").get<std::string>();
     x.input = dir + e.at("input").get<std::string>();

@@ -217,7 +217,7 @@ struct RecurrentParams {
 
 // Phase A's share of block `block`: hidden panels [p0, p1) and samples
 // [b0, b1) of a call of `batch` samples. Blocks are panel groups within a
-// batch slice (block = slice * panel_blocks + group); the slices are
+// batch slice (block = slice * panel_groups + group); the slices are
 // contiguous, ceil(batch / slices) samples each. Which block computes a
 // sample changes nothing in how it is computed, so any slicing gives the
 // same bits.
@@ -225,10 +225,10 @@ FERRY_HD void phase_a_share(const RecurrentParams& p, uint32_t block, int32_t ba
                             int32_t* b0, int32_t* b1) {
   const uint32_t panels = panels_of(static_cast<uint32_t>(p.hidden));
   const uint32_t per = static_cast<uint32_t>(p.panels_per_block);
-  const uint32_t groups = (panels + per - 1) / per;
+  const uint32_t panel_groups = (panels + per - 1) / per;
   const int32_t slices = p.batch_slices > 1 ? p.batch_slices : 1;
-  const uint32_t slice = block / groups;
-  block_range(block % groups, per, panels, p0, p1);
+  const uint32_t slice = block / panel_groups;
+  block_range(block % panel_groups, per, panels, p0, p1);
   const int32_t per_slice = (batch + slices - 1) / slices;
   const int32_t begin = static_cast<int32_t>(slice) * per_slice;
   *b0 = slice < static_cast<uint32_t>(slices) && begin < batch ? begin : batch;

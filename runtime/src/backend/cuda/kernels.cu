@@ -99,13 +99,17 @@ __global__ void __launch_bounds__(kThreads) gemm_f32_panel8(GemmParams g) {
 constexpr int kRowsFew = kWarps;  // 8: one warp of chains per row
 constexpr int kFewCols = 32;
 constexpr int kFewK = 128;
-constexpr int kFewW = kFewK * kFewCols / kThreads;  // 16 W values per thread and slice
+constexpr int kFewW = kFewK * kFewCols / kThreads;  // 16 W values per thread and slice: k rows warp + kWarps j
 constexpr int kFewA = kRowsFew * kFewK / kThreads;  // 4 A values per thread and slice
+constexpr int kFewARows = kThreads / kFewK;         // 2 rows of A per pass of the block
+static_assert(kFewCols == 32 && kThreads % kFewK == 0 && kFewW * kWarps == kFewK && kFewA * kFewARows == kRowsFew,
+              "gemm_f32_panel8_few_rows: a warp per 32 columns, the block's threads tile W's and A's slices");
 
 __global__ void __launch_bounds__(kThreads) gemm_f32_panel8_few_rows(GemmParams g) {
   __shared__ float ws[kFewK][kFewCols];
   __shared__ float as[kRowsFew][kFewK];
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int a_row = threadIdx.x / kFewK, a_col = threadIdx.x % kFewK;  // this thread's A values: rows a_row + kFewARows j
   const int64_t m = g.m;
   const size_t k_stride = static_cast<size_t>(g.gates) * 8;  // between W's k rows of one column
   for (int col0 = blockIdx.x * kFewCols; col0 < g.n; col0 += gridDim.x * kFewCols) {
@@ -115,12 +119,12 @@ __global__ void __launch_bounds__(kThreads) gemm_f32_panel8_few_rows(GemmParams 
     auto fetch = [&](int k0) {  // slice [k0, k0 + kFewK) into registers
 #pragma unroll
       for (int j = 0; j < kFewW; ++j) {
-        const int k = k0 + warp + 8 * j;
+        const int k = k0 + warp + kWarps * j;
         wr[j] = wc && k < g.k ? wc[k * k_stride] : 0.0f;
       }
 #pragma unroll
       for (int j = 0; j < kFewA; ++j) {
-        const int r = (tid >> 7) + 2 * j, k = k0 + (tid & 127);
+        const int r = a_row + kFewARows * j, k = k0 + a_col;
         ar[j] = r < m && k < g.k ? g.a[r * g.lda + k] : 0.0f;
       }
     };
@@ -128,9 +132,9 @@ __global__ void __launch_bounds__(kThreads) gemm_f32_panel8_few_rows(GemmParams 
     float acc = 0.0f;
     for (int k0 = 0; k0 < g.k; k0 += kFewK) {
 #pragma unroll
-      for (int j = 0; j < kFewW; ++j) ws[warp + 8 * j][lane] = wr[j];
+      for (int j = 0; j < kFewW; ++j) ws[warp + kWarps * j][lane] = wr[j];
 #pragma unroll
-      for (int j = 0; j < kFewA; ++j) as[(tid >> 7) + 2 * j][tid & 127] = ar[j];
+      for (int j = 0; j < kFewA; ++j) as[a_row + kFewARows * j][a_col] = ar[j];
       __syncthreads();
       if (k0 + kFewK < g.k) fetch(k0 + kFewK);  // in flight while the chains run
       if (warp < m) {
