@@ -12,6 +12,8 @@
 
 #include "kernels/reference/reference.h"
 
+#include <type_traits>
+
 namespace ferry {
 namespace kernels {
 namespace avx2 {

@@ -171,8 +171,15 @@ void rnn_update(const UpdateArgs& u, uint32_t p0, uint32_t p1) {
 // One pointer per panel stream, bumped each k: every load is [pointer +
 // constant], which x86 keeps micro-fused into its FMA (an indexed address
 // would cost an extra micro-op per load).
-template <int NP, int G>
-FERRY_VEC_INLINE void accumulate(Vec (&acc)[NP][G], const Weight& weight, const float* x, uint32_t p) {
+// `between`, when given, runs after every `every` pairs of k (lstm_step:
+// the pieces of an earlier panel pair's update).
+struct NoBetween {
+  void operator()() const {}
+};
+
+template <int NP, int G, typename Between = NoBetween>
+FERRY_VEC_INLINE void accumulate(Vec (&acc)[NP][G], const Weight& weight, const float* x, uint32_t p,
+                                 Between&& between = NoBetween(), uint32_t every = 0) {
   const float* w = weight.f32();
   const uint32_t kk = weight.cols;
   const size_t panel = layout::panel8_panel_elements(G, kk);
@@ -183,6 +190,8 @@ FERRY_VEC_INLINE void accumulate(Vec (&acc)[NP][G], const Weight& weight, const 
   // loop's pointer bumps and branches, which at H = 16 are a fifth of it.
   const float* xk = x;
   const float* const pairs_end = x + (kk & ~1u);
+  constexpr bool kBetween = !std::is_same<std::decay_t<Between>, NoBetween>::value;
+  uint32_t left = every;
   for (; xk != pairs_end; xk += 2) {
     const Vec x0 = vbroadcast(xk), x1 = vbroadcast(xk + 1);
 #pragma GCC unroll 8
@@ -192,6 +201,12 @@ FERRY_VEC_INLINE void accumulate(Vec (&acc)[NP][G], const Weight& weight, const 
 #pragma GCC unroll 4
       for (int g = 0; g < G; ++g) acc[i][g] = vfma(x1, vload(wi[i] + (G + g) * 8), acc[i][g]);
       wi[i] += 2 * G * 8;
+    }
+    if constexpr (kBetween) {
+      if (--left == 0) {
+        left = every;
+        between();
+      }
     }
   }
   if (kk & 1) {
@@ -258,8 +273,80 @@ static void rnn_step_panels(const StepArgs& s, uint32_t p) {
   for (int i = 0; i < NP; ++i) rnn_finish(acc[i][0], s.relu, s.h_new, p + i, s.hidden);
 }
 
-void lstm_step(const StepArgs& s, uint32_t p0, uint32_t p1) {
+// A step of more than one panel pair runs each pair's update (lstm_finish's
+// operations, lane by lane the same) in six pieces spread over the next
+// pair's products: the four gate activations, the cell states, tanh(c') and
+// h. Run as a block after its products, the update holds the FP queues, so
+// that no load of the next pair's weights issues until it drains (the core
+// waits on the update's dependent chains, then on L2); interleaved, the
+// weights keep streaming while the update's chains run. Only the last
+// pair's update runs alone.
+struct LstmPending {
+  Vec a[2][4];  // the pre-activations, then the activations
+  Vec c1[2];
+  uint32_t p;  // the first panel
+  int next;    // the next piece; kLstmPieces: none left
+};
+constexpr int kLstmPieces = 6;
+
+FERRY_VEC_INLINE void lstm_piece(LstmPending& q, const StepArgs& s) {
+  const int piece = q.next++;
+  if (piece < 4) {  // gate `piece` of both panels: i, f, o sigmoid; g tanh
+#pragma GCC unroll 2
+    for (int n = 0; n < 2; ++n) q.a[n][piece] = piece == 2 ? vtanh(q.a[n][piece]) : vsigmoid(q.a[n][piece]);
+  } else if (piece == 4) {
+#pragma GCC unroll 2
+    for (int n = 0; n < 2; ++n) {
+      const uint32_t pn = q.p + static_cast<uint32_t>(n), lanes = panel_lanes(pn, s.hidden);
+      q.c1[n] = vfma(q.a[n][1], vload_lanes(s.c + pn * 8, lanes), vmul(q.a[n][0], q.a[n][2]));
+      vstore_lanes(s.c + pn * 8, q.c1[n], lanes);
+    }
+  } else {
+#pragma GCC unroll 2
+    for (int n = 0; n < 2; ++n) {
+      const uint32_t pn = q.p + static_cast<uint32_t>(n);
+      vstore_lanes(s.h_new + pn * 8, vmul(q.a[n][3], vtanh(q.c1[n])), panel_lanes(pn, s.hidden));
+    }
+  }
+}
+
+// Panel pairs from p0 while two fit; returns the first panel not done.
+__attribute__((noinline)) static uint32_t lstm_step_pipelined(const StepArgs& s, uint32_t p0, uint32_t p1) {
+  LstmPending q{};  // (zeros: quiets GCC's maybe-uninitialized; no piece runs before a pair fills it)
+  q.next = kLstmPieces;
+  const auto piece = [&q, &s] {
+    if (q.next < kLstmPieces) lstm_piece(q, s);
+  };
+  const bool input = !s.pre && s.w_ih;
+  const uint32_t pairs = ((input ? s.w_ih->cols : 0) + s.w_hh->cols) / 2;  // of k, over both products
+  const uint32_t every = pairs / kLstmPieces > 0 ? pairs / kLstmPieces : 1;
   uint32_t p = p0;
+  for (; p + 2 <= p1; p += 2) {
+    Vec acc[2][4];
+#pragma GCC unroll 2
+    for (int i = 0; i < 2; ++i)
+#pragma GCC unroll 4
+      for (int g = 0; g < 4; ++g) acc[i][g] = chain_init(s, ((size_t{p} + i) * 4 + g) * 8);
+    if (input) accumulate<2, 4>(acc, *s.w_ih, s.x, p, piece, every);
+    accumulate<2, 4>(acc, *s.w_hh, s.h, p, piece, every);
+    while (q.next < kLstmPieces) lstm_piece(q, s);  // k too short for all six
+#pragma GCC unroll 2
+    for (int i = 0; i < 2; ++i)
+#pragma GCC unroll 4
+      for (int g = 0; g < 4; ++g) q.a[i][g] = acc[i][g];
+    q.p = p;
+    q.next = 0;
+  }
+  while (q.next < kLstmPieces) lstm_piece(q, s);
+  return p;
+}
+
+// From 8 panels (H 64: 128 KiB of weights a step, from L2). Below, the
+// weights are L1's and the products wait on no load: each pair's update
+// after its products, as lstm_step_panels (H 32 on Zen 4: 264-281 ns
+// against 287-314 pipelined; ferry_bench_kernels, BM_LstmStepPerSet/set:0).
+void lstm_step(const StepArgs& s, uint32_t p0, uint32_t p1) {
+  uint32_t p = p1 - p0 >= 8 ? lstm_step_pipelined(s, p0, p1) : p0;
   for (; p + 2 <= p1; p += 2) lstm_step_panels<2>(s, p);
   if (p < p1) lstm_step_panels<1>(s, p);
 }

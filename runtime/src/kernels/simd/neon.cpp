@@ -9,6 +9,8 @@
 
 #include "kernels/reference/reference.h"
 
+#include <type_traits>
+
 namespace ferry {
 namespace kernels {
 namespace neon {
