@@ -34,6 +34,7 @@
 #include "error.h"
 #include "ferry/ferry.h"
 #include "ferry/ferry_generated.h"
+#include "platform/fp_env.h"
 #include "io/npy.h"
 #include "writer/model_writer.h"
 
@@ -745,7 +746,9 @@ TEST(Backends, DefaultFloatingPointModeFlushesOnceAndKeepsIt) {
   }
   Session s(m, session_options(FERRY_BACKEND_AUTO, c.batch, c.seq));  // default: FERRY_FP_FLUSH
   ASSERT_EQ(s.status, FERRY_OK) << s.error;
-  for (unsigned mode : {0x1F80u, 0x3F80u}) {  // default; round down
+  // default; round down; FTZ alone; DAZ alone (a call finds FTZ and DAZ
+  // both on with a multiply, not a read of MXCSR: either missing is seen)
+  for (unsigned mode : {0x1F80u, 0x3F80u, 0x9F80u, 0x1FC0u}) {
     _mm_setcsr(mode);
     ASSERT_EQ(ferry_state_reset(s.s), FERRY_OK);
     ASSERT_EQ(ferry_run(s.s, c.input.data(), c.batch, c.seq, nullptr, flushed.data(), n), FERRY_OK);
@@ -765,6 +768,21 @@ TEST(Backends, DefaultFloatingPointModeFlushesOnceAndKeepsIt) {
   o.fp_mode = static_cast<ferry_fp_mode>(7);
   size_t bytes = 0;
   EXPECT_EQ(ferry_session_arena_size(m.model, &o, &bytes), FERRY_INVALID_ARGUMENT);
+  _mm_setcsr(saved);
+}
+// The default mode's check (fp_env.h, flushing_denormals): true only with
+// FTZ and DAZ both on, whatever the rounding mode.
+TEST(Backends, FlushCheckSeesEachModeBit) {
+  const unsigned saved = _mm_getcsr();
+  const struct {
+    unsigned csr;
+    bool flushing;
+  } cases[] = {{0x1F80u, false}, {0x9F80u, false}, {0x1FC0u, false}, {0x9FC0u, true},
+               {0xDFC0u, true},  {0xBFC0u, true},  {0xFFC0u, true},  {0x3F80u, false}};
+  for (const auto& c : cases) {
+    _mm_setcsr(c.csr);
+    EXPECT_EQ(ferry::flushing_denormals(), c.flushing) << std::hex << c.csr;
+  }
   _mm_setcsr(saved);
 }
 #endif

@@ -200,10 +200,16 @@ typedef enum ferry_device_io {
  * micro-code paths, and a recurrence that decays towards zero makes many:
  * ferry computes with them flushed to zero (x86 MXCSR.FTZ+DAZ, Arm FPCR.FZ).
  *   FERRY_FP_FLUSH   (default) the first call on a thread turns flushing on
- *                    and leaves it on: afterwards a call only reads the mode
- *                    (no write: a write costs ~15 ns on x86, a fifth of a
- *                    small step). The thread's other float code then also
- *                    flushes denormals; its rounding mode is never changed.
+ *                    and leaves it on: afterwards a call only checks it (no
+ *                    write: a write costs ~15 ns on x86, a fifth of a small
+ *                    step; on x86 the check is one multiply, not a read of
+ *                    MXCSR, which waits for the float work in flight: ~5 ns
+ *                    of a small step). The thread's other float code then
+ *                    also flushes denormals; its rounding mode is never
+ *                    changed. On x86 the check needs the denormal and
+ *                    underflow exceptions masked, as they are unless the
+ *                    program unmasks them (feenableexcept): a program that
+ *                    unmasks them uses FERRY_FP_RESTORE or FERRY_FP_CALLER.
  *   FERRY_FP_RESTORE flushing on for the call, the caller's mode restored
  *                    before it returns (the 0.1 behaviour; ~15 ns a call when
  *                    the caller does not flush itself).
