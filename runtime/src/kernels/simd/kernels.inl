@@ -280,7 +280,9 @@ static void rnn_step_panels(const StepArgs& s, uint32_t p) {
 // that no load of the next pair's weights issues until it drains (the core
 // waits on the update's dependent chains, then on L2); interleaved, the
 // weights keep streaming while the update's chains run. Only the last
-// pair's update runs alone.
+// pair's update runs alone. (The GRU step's groups of 3 panels, pipelined
+// the same way, were no faster through ferry_step: ferry_peer_bench W4
+// H 64 929-956 ns against 909-916, H 256 within the noise; not kept.)
 struct LstmPending {
   Vec a[2][4];  // the pre-activations, then the activations
   Vec c1[2];
