@@ -292,23 +292,18 @@ struct LstmPending {
 };
 constexpr int kLstmPieces = 6;
 
+// Pieces 0-3: gate `piece` of both panels; 4: their cell states; 5: h.
 FERRY_VEC_INLINE void lstm_piece(LstmPending& q, const StepArgs& s) {
   const int piece = q.next++;
-  if (piece < 4) {  // gate `piece` of both panels: i, f, o sigmoid; g tanh
 #pragma GCC unroll 2
-    for (int n = 0; n < 2; ++n) q.a[n][piece] = piece == 2 ? vtanh(q.a[n][piece]) : vsigmoid(q.a[n][piece]);
-  } else if (piece == 4) {
-#pragma GCC unroll 2
-    for (int n = 0; n < 2; ++n) {
-      const uint32_t pn = q.p + static_cast<uint32_t>(n), lanes = panel_lanes(pn, s.hidden);
-      q.c1[n] = vfma(q.a[n][1], vload_lanes(s.c + pn * 8, lanes), vmul(q.a[n][0], q.a[n][2]));
-      vstore_lanes(s.c + pn * 8, q.c1[n], lanes);
-    }
-  } else {
-#pragma GCC unroll 2
-    for (int n = 0; n < 2; ++n) {
-      const uint32_t pn = q.p + static_cast<uint32_t>(n);
-      vstore_lanes(s.h_new + pn * 8, vmul(q.a[n][3], vtanh(q.c1[n])), panel_lanes(pn, s.hidden));
+  for (int n = 0; n < 2; ++n) {
+    const uint32_t pn = q.p + static_cast<uint32_t>(n), lanes = panel_lanes(pn, s.hidden);
+    if (piece < 4) {
+      q.a[n][piece] = lstm_gate(q.a[n][piece], piece);
+    } else if (piece == 4) {
+      q.c1[n] = lstm_cell(q.a[n][0], q.a[n][1], q.a[n][2], s.c + pn * 8, lanes);
+    } else {
+      lstm_hidden(q.a[n][3], q.c1[n], s.h_new + pn * 8, lanes);
     }
   }
 }
@@ -348,8 +343,10 @@ __attribute__((noinline)) static uint32_t lstm_step_pipelined(const StepArgs& s,
 // weights are L1's and the products wait on no load: each pair's update
 // after its products, as lstm_step_panels (H 32 on Zen 4: 264-281 ns
 // against 287-314 pipelined; ferry_bench_kernels, BM_LstmStepPerSet/set:0).
+constexpr uint32_t kPipelinedMinPanels = 8;
+
 void lstm_step(const StepArgs& s, uint32_t p0, uint32_t p1) {
-  uint32_t p = p1 - p0 >= 8 ? lstm_step_pipelined(s, p0, p1) : p0;
+  uint32_t p = p1 - p0 >= kPipelinedMinPanels ? lstm_step_pipelined(s, p0, p1) : p0;
   for (; p + 2 <= p1; p += 2) lstm_step_panels<2>(s, p);
   if (p < p1) lstm_step_panels<1>(s, p);
 }

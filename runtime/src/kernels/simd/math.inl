@@ -141,24 +141,35 @@ FERRY_VEC_INLINE Vec vrelu(Vec x) { return vmax(vzero(), x); }
 // on N; the stages only give the core N independent chains at a time where
 // one vector alone leaves it waiting on the sigmoid's ~30-cycle dependent
 // chain.
+// The three stages of one vector's LSTM update, shared by lstm_finish_n
+// and the pipelined step (kernels.inl), which runs them as separate pieces.
+// Gate g's activation: i, f, o (0, 1, 3) sigmoid; g (2) tanh.
+FERRY_VEC_INLINE Vec lstm_gate(Vec a, int g) { return g == 2 ? vtanh(a) : vsigmoid(a); }
+
+// c' = f c + i g from the activations, stored over c and returned.
+FERRY_VEC_INLINE Vec lstm_cell(Vec i, Vec f, Vec g, float* c, uint32_t lanes) {
+  const Vec c1 = vfma(f, vload_lanes(c, lanes), vmul(i, g));
+  vstore_lanes(c, c1, lanes);
+  return c1;
+}
+
+// h' = o tanh(c'), stored.
+FERRY_VEC_INLINE void lstm_hidden(Vec o, Vec c1, float* h, uint32_t lanes) {
+  vstore_lanes(h, vmul(o, vtanh(c1)), lanes);
+}
+
 template <int N>
 FERRY_VEC_INLINE void lstm_finish_n(const Vec (&a)[N][4], float* const (&c)[N], float* const (&h)[N],
                                     const uint32_t (&lanes)[N]) {
-  Vec i[N], f[N], g[N], o[N], c1[N];
+  Vec act[N][4], c1[N];
 #pragma GCC unroll 8
-  for (int n = 0; n < N; ++n) {
-    i[n] = vsigmoid(a[n][0]);
-    f[n] = vsigmoid(a[n][1]);
-    g[n] = vtanh(a[n][2]);
-    o[n] = vsigmoid(a[n][3]);
-  }
+  for (int n = 0; n < N; ++n)
+#pragma GCC unroll 4
+    for (int g = 0; g < 4; ++g) act[n][g] = lstm_gate(a[n][g], g);
 #pragma GCC unroll 8
-  for (int n = 0; n < N; ++n) {
-    c1[n] = vfma(f[n], vload_lanes(c[n], lanes[n]), vmul(i[n], g[n]));
-    vstore_lanes(c[n], c1[n], lanes[n]);
-  }
+  for (int n = 0; n < N; ++n) c1[n] = lstm_cell(act[n][0], act[n][1], act[n][2], c[n], lanes[n]);
 #pragma GCC unroll 8
-  for (int n = 0; n < N; ++n) vstore_lanes(h[n], vmul(o[n], vtanh(c1[n])), lanes[n]);
+  for (int n = 0; n < N; ++n) lstm_hidden(act[n][3], c1[n], h[n], lanes[n]);
 }
 
 // The same for N consecutive panels p .. p+N-1 of one sample.
