@@ -20,7 +20,10 @@
 //                (on one thread over large weights, where the set has
 //                step_project: the step also computes a share of the next
 //                chunk's P into the other gate buffer, so that 1. runs
-//                inside the previous chunk's steps for all but the first)
+//                inside the previous chunk's steps for all but the first;
+//                a stacked layer's last chunk computes the first chunk's P
+//                of the layer above, one direction, so that only the
+//                first layer's first P runs alone)
 //        B >= 2: gemm P[t] += W_hh h for all rows, then the update per row
 //                (a chunk of one step of >= kBatchStepMinRows rows, where
 //                the set has batch_step: the whole step, input part
@@ -347,6 +350,11 @@ struct ChunkLoop {
   float* gates_next;  // the next chunk's, while the steps compute them (overlap), or null
   bool overlap;       // the steps compute the next chunk's projection (step_project)
   bool projected;     // `gates` already holds this chunk's input parts
+  // The stacked layer above (one direction), whose first chunk's projection
+  // the last chunk's steps compute, as they would their own next chunk's:
+  // its input rows, this layer's first chunk of outputs, are final by then.
+  // Null: none (or it does not overlap: overlaps()).
+  const CellRun* above;
 };
 
 // The chunk of one (layer, direction) that starts `done` steps into its
@@ -377,13 +385,23 @@ void panel_chunk(const CellRun& r, uint32_t cell_index, ChunkLoop* loop, size_t 
     input_projection(r.s, k, cell_index, *r.layer, r.in + t_lo * B * in_w, n * B, loop->gates, r.q_band, !r.wave);
   }
   const size_t left = T - done - n, n_next = left < chunk ? left : chunk;
-  const bool sharing = loop->overlap && n_next > 0 && !fuses_input(n_next);
+  bool sharing = loop->overlap && n_next > 0 && !fuses_input(n_next);
   kernels::ProjectShare share{};
   if (sharing) {  // the next chunk is times [t_next, t_next + n_next)
     const size_t t_next = d == 0 ? done + n : left - n_next;
     const Weight* bias = r.cell->bias ? &r.cell->bias : nullptr;
     share = kernels::ProjectShare{&r.cell->w_ih, r.in + t_next * in_w, in_w, bias, loop->gates_next, r.cols,
                                   n_next,        0,                      static_cast<uint32_t>(n)};
+  } else if (const CellRun* up = loop->above; up && loop->overlap && left == 0 && done > 0) {
+    // The last chunk, not the first (whose steps write the rows read): the
+    // layer above's first chunk, times [0, n_up), at least 2 steps (B is 1,
+    // so chunk >= 2 once done > 0). A last chunk of one step, its input
+    // part fused, computes all of it in that step.
+    const size_t n_up = T < chunk ? T : chunk;
+    const Weight* bias = up->cell->bias ? &up->cell->bias : nullptr;
+    share = kernels::ProjectShare{&up->cell->w_ih, up->in, up->in_w, bias, loop->gates_next, up->cols,
+                                  n_up,            0,      static_cast<uint32_t>(n)};
+    sharing = true;
   }
   for (size_t i = 0; i < n; ++i) {
     const size_t t = d == 0 ? t_lo + i : t_lo + n - 1 - i;
@@ -408,10 +426,12 @@ bool overlaps(const CellRun& r, uint32_t cell_index, const float* gates_next) {
 }
 
 // The chunks of one (layer, direction) on a kPanels set, in its direction.
-void panel_chunks(const CellRun& r, uint32_t cell_index) {
+// `loop` carries the gate buffers from the layer below (`projected`: its
+// last chunk computed this layer's first projection) to the layer above.
+void panel_chunks(const CellRun& r, uint32_t cell_index, ChunkLoop* loop) {
   CpuSession* cpu = cpu_of(r.s);
-  ChunkLoop loop{cpu->gates, cpu->gates_next, overlaps(r, cell_index, cpu->gates_next), false};
-  for (size_t done = 0; done < r.T; done += cpu->chunk_steps) panel_chunk(r, cell_index, &loop, done);
+  loop->overlap = overlaps(r, cell_index, cpu->gates_next);
+  for (size_t done = 0; done < r.T; done += cpu->chunk_steps) panel_chunk(r, cell_index, loop, done);
 }
 
 // ------------------------------------------------------------ wavefront --
@@ -504,7 +524,7 @@ void wave_runner(void* ctx, size_t begin, size_t end) {
                       1,         w->lengths,      cols,
                       panels,    panels,          size_t{cols} * layer.h_out,
                       true,      true,            slot};
-      ChunkLoop loop{gates, gates_next, overlaps(r, cell_index, gates_next), false};
+      ChunkLoop loop{gates, gates_next, overlaps(r, cell_index, gates_next), false, nullptr};
       for (size_t c = 0; c < w->chunks; ++c) {
         const WaveWait wait = wave_wait(layer, ci, c, w->chunks, loop.overlap);
         for (uint32_t below = wait.first; below < wait.first + wait.count; ++below) {
@@ -646,16 +666,28 @@ float* run_recurrent(ferry_session* s, uint32_t layer_index, float* in, float* o
   const uint32_t cols = layout::gate_row_floats(layer.gates, layer.hidden);
   const uint32_t n_panels = layout::panels_of(layer.hidden);
   const size_t tile = cpu->threads > 1 ? panel_tile(cpu->threads, n_panels, k->step_group[kind]) : n_panels;
+  const auto cell_run = [&](uint32_t kl, uint32_t d, const float* x, float* y) {
+    const uint32_t ci = kl * layer.dirs + d;
+    return CellRun{s,         &layer, &m->cells[layer.first_cell + ci], k,     kind,     ci,   d,
+                   x,         kl == 0 ? layer.in : layer.out,           y,     T,        B,    lengths,
+                   cols,      n_panels, tile,                           size_t{cols} * layer.h_out,
+                   cpu->threads == 1, false, 0};
+  };
+  ChunkLoop loop{cpu->gates, cpu->gates_next, false, false, nullptr};
   for (uint32_t kl = 0; kl < layer.num_layers; ++kl) {
-    const uint32_t in_w = kl == 0 ? layer.in : layer.out;
     for (uint32_t d = 0; d < layer.dirs; ++d) {
-      const uint32_t ci = kl * layer.dirs + d;
-      const uint32_t cell_index = layer.first_cell + ci;
-      const CellRun r{s,    &layer, &m->cells[cell_index], k,    kind,     ci,   d,   in,
-                      in_w, out,    T,   B,   lengths, cols, n_panels, tile, size_t{cols} * layer.h_out,
-                      cpu->threads == 1, false, 0};
+      const uint32_t cell_index = layer.first_cell + kl * layer.dirs + d;
+      const CellRun r = cell_run(kl, d, in, out);
       if (panels) {
-        panel_chunks(r, cell_index);
+        // One direction: the layer above reads this one's output rows
+        // (and writes over this one's input rows, `in`).
+        CellRun up{};
+        loop.above = nullptr;
+        if (layer.dirs == 1 && kl + 1 < layer.num_layers) {
+          up = cell_run(kl + 1, 0, out, in);
+          if (overlaps(up, cell_index + 1, cpu->gates_next)) loop.above = &up;
+        }
+        panel_chunks(r, cell_index, &loop);
       } else {  // kPerSample: the whole sequence is one chunk
         for (size_t i = 0; i < T; ++i) per_sample_step(r, d == 0 ? i : T - 1 - i);
       }
