@@ -222,6 +222,14 @@ FERRY_VEC_INLINE void finish_rows(const BatchStepArgs& s, const __m512 (&acc)[MR
 // i,f | g,o), the tile of gemm_panel8_8x32 started from the bias, W_ih x
 // then W_hh h accumulated (one chain), and the update (lstm_finish, the AVX2
 // code on the halves) applied to the registers instead of a store.
+// Where W3's step goes (Zen 4, BM_W3FusedStep 404-411 us): the products,
+// timed with the update skipped, take 373-388 us, 94-95% of the FMA peak,
+// which is what an 8x2, 4x4, 6x4, 12x2 or 8x3 tile's k loop alone reaches
+// on this core (94-96%); the update is the rest, about its FMA-pipe
+// throughput (the sigmoids and tanhs share the FMA pipes with the
+// products). So running each tile's update in pieces inside the next
+// tile's k loop (as lstm_step does) cannot help, and did not: 412-417 us
+// against 404-411; not kept.
 template <int MR, int NP>
 void lstm_batch_tile(const BatchStepArgs& s, size_t m0, uint32_t p) {
   constexpr int NZ = 2 * NP;
