@@ -325,6 +325,8 @@ std::vector<Shape> generated_shapes() {
       // one chunk (T 40) there is none before the last to read from.
       {L::LSTM, 20, 128, 0, 3, false, true, false, "", 0, 1, 100, false},
       {L::LSTM, 20, 128, 0, 2, false, true, false, "", 0, 1, 40, false},
+      // The same for the GRU (W_hh of 300 KiB), with b_hn.
+      {L::GRU, 20, 160, 0, 2, false, true, false, "", 0, 1, 100, false},
       {L::LSTM, 150, 136, 0, 1, false, false, true, "last>fc", 3, 1, 100, false},
       {L::Linear, 10, 0, 0, 0, false, true, false, "fc>relu>fc>softmax", 6, 5, 1, false},
       {L::Linear, 35, 0, 0, 0, false, false, false, "fc", 17, 40, 1, false},
@@ -413,27 +415,32 @@ TEST_P(BackendTest, StepByStepIsBitIdenticalToRun) {
 
 // A run shorter than the session's max_seq (whose chunks are then longer
 // than the run, or end early) gives ferry_step's bits: one sample through
-// stacked layers whose last chunk computes the first projection of the layer
-// above (T 100: chunks of 64 and 36), which a run of one chunk (T 40) or
-// ending in a chunk of one step (T 65) must not do; the session is reused
-// for every T, longest first, so no row of an earlier run can stand in.
+// stacked LSTM and GRU layers whose last chunk computes the first
+// projection of the layer above (T 100: chunks of 64 and 36), which a run
+// of one chunk (T 40) must not do, and a run ending in a chunk of one step
+// (T 65) does in that step; the session is reused for every T, longest
+// first, so no row of an earlier run can stand in.
 TEST_P(BackendTest, RunsShorterThanTheSessionsLongestAreStepByStep) {
   REQUIRE_BACKEND();
-  for (uint32_t layers : {2u, 3u}) {
-    const Shape longest{LayerOp::LSTM, 20, 128, 0, layers, false, true, false, "", 0, 1, 100, false};
-    const Case c100 = generated_case(longest, 300 + layers);
-    Model m(c100.bytes);
-    Session whole(m, session_options(GetParam(), 1, 100));
-    ASSERT_EQ(whole.status, FERRY_OK) << whole.error;
-    for (size_t T : {100u, 65u, 40u}) {
-      SCOPED_TRACE(std::to_string(layers) + " layers, T " + std::to_string(T));
-      Case c = c100;
-      c.seq = T;
-      c.input.assign(c100.input.end() - static_cast<std::ptrdiff_t>(T * longest.in), c100.input.end());
-      Session stream(m, session_options(GetParam(), 1, 1));
-      ASSERT_EQ(stream.status, FERRY_OK) << stream.error;
-      ASSERT_EQ(ferry_state_reset(whole.s), FERRY_OK);
-      EXPECT_TRUE(bit_equal(run(whole, m, c), run_steps(stream, m, c)));
+  for (const LayerOp op : {LayerOp::LSTM, LayerOp::GRU}) {
+    for (uint32_t layers : {2u, 3u}) {
+      // W_hh of 256 KiB or more (step_project): LSTM H 128, GRU H 160.
+      const uint32_t hidden = op == LayerOp::LSTM ? 128 : 160;
+      const Shape longest{op, 20, hidden, 0, layers, false, true, false, "", 0, 1, 100, false};
+      const Case c100 = generated_case(longest, 300 + layers);
+      Model m(c100.bytes);
+      Session whole(m, session_options(GetParam(), 1, 100));
+      ASSERT_EQ(whole.status, FERRY_OK) << whole.error;
+      for (size_t T : {100u, 65u, 40u}) {
+        SCOPED_TRACE(describe(longest) + ", run T " + std::to_string(T));
+        Case c = c100;
+        c.seq = T;
+        c.input.assign(c100.input.end() - static_cast<std::ptrdiff_t>(T * longest.in), c100.input.end());
+        Session stream(m, session_options(GetParam(), 1, 1));
+        ASSERT_EQ(stream.status, FERRY_OK) << stream.error;
+        ASSERT_EQ(ferry_state_reset(whole.s), FERRY_OK);
+        EXPECT_TRUE(bit_equal(run(whole, m, c), run_steps(stream, m, c)));
+      }
     }
   }
 }

@@ -293,10 +293,11 @@ TEST(KernelSets, BatchStepsAreGemmPlusUpdate) {
 }
 
 // A one-sample step with a share of a projection (step_project, where a set
-// has it) against step[] and the projection's gemm it stands for, bit for
-// bit: hidden sizes below the fused path (AVX2 step, tiles alone), at 16
-// panels, with a tail group and with more; projection K below, equal to and
-// above the step's; rows with every remainder of 8; shares 1 to more than
+// has it: LSTM, GRU with b_hn where it has a bias) against step[] and the
+// projection's gemm it stands for, bit for bit: hidden sizes below the
+// fused path (AVX2 step, tiles alone), at 16 panels, with a tail group
+// (GRU: of 1 and 2 panels) and with more; projection K below, equal to and
+// above the step's; rows with every remainder of 8 (GRU: 4); shares 1 to more than
 // there are tiles (shares with no tile, groups with several); both panel
 // orders; with and without a bias, with `pre` and with the step's own input
 // part.
@@ -309,7 +310,9 @@ TEST(KernelSets, StepsWithAProjectionShareAreStepPlusGemm) {
     for (int kind = 0; kind < kernels::kCellKinds; ++kind) {
       const auto fused = set->step_project[kind];
       if (!fused) continue;
-      ASSERT_EQ(kind, kernels::kind_index(layout::CellKind::kLstm)) << set->name << ": only LSTM is defined";
+      const bool lstm = kind == kernels::kind_index(layout::CellKind::kLstm);
+      ASSERT_TRUE(lstm || kind == kernels::kind_index(layout::CellKind::kGru)) << set->name << ": LSTM and GRU only";
+      const uint32_t G = lstm ? 4 : 3;
       int variant = 0;
       for (uint32_t hidden : {40u, 128u, 136u, 160u}) {
         for (uint32_t kx : {hidden / 4 + 1, hidden + 3}) {
@@ -317,11 +320,11 @@ TEST(KernelSets, StepsWithAProjectionShareAreStepPlusGemm) {
             for (uint32_t shares : {1u, 5u, 64u, 700u}) {
               ++variant;
               const bool reverse = variant % 2, with_bias = variant % 3 != 0, with_pre = variant % 5 != 0;
-              const uint32_t kh = hidden, in = hidden % 7 + 3, cols = layout::gate_row_floats(4, hidden);
+              const uint32_t kh = hidden, in = hidden % 7 + 3, cols = layout::gate_row_floats(G, hidden);
               const uint32_t panels = layout::panels_of(hidden);
               const size_t lda = kx + 2, ldc = cols + 16;
-              PackedMatrix w_hh(rng, 4, hidden, kh), w_ih(rng, 4, hidden, in), w_px(rng, 4, hidden, kx),
-                  bias(rng, 4, hidden, 1);
+              PackedMatrix w_hh(rng, G, hidden, kh), w_ih(rng, G, hidden, in), w_px(rng, G, hidden, kx),
+                  bias(rng, G, hidden, 1), b_hn(rng, 1, hidden, 1);
               const std::vector<float> h = random_vector(rng, kh), x = random_vector(rng, in),
                                        c0 = random_vector(rng, hidden), a = random_vector(rng, rows * lda),
                                        pre = random_vector(rng, cols);
@@ -332,7 +335,7 @@ TEST(KernelSets, StepsWithAProjectionShareAreStepPlusGemm) {
                                            b,
                                            &w_hh.w,
                                            h.data(),
-                                           nullptr,
+                                           lstm || !with_bias ? nullptr : &b_hn.w,
                                            nullptr,
                                            nullptr,
                                            hidden,
@@ -340,7 +343,7 @@ TEST(KernelSets, StepsWithAProjectionShareAreStepPlusGemm) {
               // Expected: step[] over every panel, and the projection's gemm.
               std::vector<float> c_want = c0, h_want(hidden), p_want(rows * ldc, -7.0f);
               kernels::StepArgs s1 = step;
-              s1.c = c_want.data();
+              s1.c = lstm ? c_want.data() : nullptr;
               s1.h_new = h_want.data();
               set->step[kind](s1, 0, panels);
               set->gemm(kernels::GemmArgs{&w_px.w, a.data(), lda, b, nullptr, p_want.data(), ldc, cols}, 0, rows, 0,
@@ -352,12 +355,12 @@ TEST(KernelSets, StepsWithAProjectionShareAreStepPlusGemm) {
               for (uint32_t i = 0; i < shares; ++i) {
                 const uint32_t share = (i * 3 + 1) % shares;  // every share once (3 is prime to each count), out of order
                 std::vector<float> c_step = c0;
-                s2.c = c_step.data();
+                s2.c = lstm ? c_step.data() : nullptr;
                 fused(s2, kernels::ProjectShare{&w_px.w, a.data(), lda, b, p_got.data(), ldc, rows, share, shares},
                       panels, reverse);
                 if (i == 0) c_got = c_step;
               }
-              const std::string what = std::string(set->name) + " H " + std::to_string(hidden) + " K " +
+              const std::string what = std::string(set->name) + (lstm ? " LSTM" : " GRU") + " H " + std::to_string(hidden) + " K " +
                                        std::to_string(kx) + " rows " + std::to_string(rows) + " shares " +
                                        std::to_string(shares) + (reverse ? " reverse" : "") +
                                        (with_pre ? " pre" : " w_ih") + (with_bias ? " bias" : "");

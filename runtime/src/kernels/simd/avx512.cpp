@@ -365,6 +365,20 @@ void share_tile(const ProjectShare& pr, const ShareTiles& t, size_t i) {
   with_tile(pr, t, i, [&](auto mr, size_t m0, uint32_t q) { tile<decltype(mr)::value, 1>(g, m0, q); });
 }
 
+// step_k(k) for k < kh and project_k(k) for k < kx, each k ascending, the
+// two alternating while both have one left.
+template <typename StepK, typename ProjectK>
+FERRY_VEC_INLINE void interleave_k(uint32_t kh, uint32_t kx, StepK&& step_k, ProjectK&& project_k) {
+  const uint32_t kb = kh < kx ? kh : kx;
+  uint32_t k = 0;
+  for (; k < kb; ++k) {
+    step_k(k);
+    project_k(k);
+  }
+  for (uint32_t j = k; j < kh; ++j) step_k(j);
+  for (uint32_t j = k; j < kx; ++j) project_k(j);
+}
+
 // Four LSTM panels of the step (lstm_step_panels_x4<4>) and the MR x 1-zmm
 // projection tile at rows m0, vector q in one k loop: per k, 8 FMAs of the
 // step on weights from L2 and MR FMAs of the tile. Each accumulator is the
@@ -379,7 +393,7 @@ void lstm_panels_x4_project(const StepArgs& s, uint32_t p, const ProjectShare& p
 #pragma GCC unroll 8
   for (int m = 0; m < MR; ++m) pa[m] = pr.bias ? _mm512_loadu_ps(pr.bias->f32() + size_t{q} * 8) : _mm512_setzero_ps();
 
-  const uint32_t kh = s.w_hh->cols, kx = pr.w->cols, kb = kh < kx ? kh : kx;
+  const uint32_t kh = s.w_hh->cols, kx = pr.w->cols;
   const size_t panel = layout::panel8_panel_elements(4, kh);
   const float* wh[NP];
 #pragma GCC unroll 8
@@ -405,59 +419,179 @@ void lstm_panels_x4_project(const StepArgs& s, uint32_t p, const ProjectShare& p
 #pragma GCC unroll 8
     for (int m = 0; m < MR; ++m) pa[m] = _mm512_fmadd_ps(_mm512_set1_ps(a[m][k]), w, pa[m]);
   };
-  uint32_t k = 0;
-  for (; k < kb; ++k) {
-    step_k(k);
-    project_k(k);
-  }
-  for (uint32_t j = k; j < kh; ++j) step_k(j);
-  for (uint32_t j = k; j < kx; ++j) project_k(j);
+  interleave_k(kh, kx, step_k, project_k);
 #pragma GCC unroll 8
   for (int m = 0; m < MR; ++m) _mm512_storeu_ps(pr.c + (m0 + m) * pr.ldc + size_t{q} * 8, pa[m]);
   lstm_finish_acc<NP>(acc, s, p);
 }
 
-// The step of lstm_step_1x32 over every panel (groups of 4 from the end
-// when `reverse`, as step_all_panels splits them) with the share's tiles
-// spread over its groups of 4: group j of F takes tiles [j m / F,
-// (j + 1) m / F) of the share's m, the first in its own loop and any more
-// alone after it. Below 16 panels (the AVX2 step), the step, then the
-// tiles alone.
-void lstm_step_project(const StepArgs& s, const ProjectShare& pr, uint32_t panels, bool reverse) {
-  const ShareTiles t = share_tiles(pr, pr.w->gates * layout::panels_of(s.hidden));
+// The driver of both step_project entries: the step over every panel in
+// groups of `size` (from the end when `reverse`, as step_all_panels splits
+// them) with the share's tiles spread over its first `groups` full groups:
+// group j of F takes tiles [j m / F, (j + 1) m / F) of the share's m, the
+// first in its own loop (fused(p0, tile)) and any more alone after it
+// (alone(tile)). A group without a tile, a partial group, and every group
+// when `groups` is 0 run plain(p0, p1); with no fused group the tiles run
+// alone after the step.
+template <typename Plain, typename Fused, typename Alone>
+FERRY_VEC_INLINE void step_project_groups(uint32_t panels, bool reverse, uint32_t size, uint32_t groups,
+                                          const ShareTiles& t, Plain&& plain, Fused&& fused, Alone&& alone) {
   const size_t m = t.hi - t.lo;
-  const uint32_t groups = panels >= 16 ? panels / 4 : 0;  // fused groups of 4
-  uint32_t j = 0;                                         // groups run so far
+  uint32_t j = 0;  // groups run so far
   auto group = [&](uint32_t p0, uint32_t p1) {
-    if (p1 - p0 != 4 || groups == 0) {
-      lstm_step_1x32(s, p0, p1);
+    if (p1 - p0 != size || groups == 0) {
+      plain(p0, p1);
       return;
     }
     const size_t b = t.lo + j * m / groups, e = t.lo + (j + 1) * m / groups;
     ++j;
     if (b == e) {
-      lstm_step_panels_x4<4>(s, p0);
+      plain(p0, p1);
       return;
     }
-    with_tile(pr, t, b, [&](auto mr, size_t m0, uint32_t q) {
-      lstm_panels_x4_project<decltype(mr)::value>(s, p0, pr, m0, q);
-    });
-    for (size_t i = b + 1; i < e; ++i) share_tile(pr, t, i);
+    fused(p0, b);
+    for (size_t i = b + 1; i < e; ++i) alone(i);
   };
   if (!reverse) {
     uint32_t p = 0;
-    for (; p + 4 <= panels; p += 4) group(p, p + 4);
-    if (p < panels) lstm_step_1x32(s, p, panels);
+    for (; p + size <= panels; p += size) group(p, p + size);
+    if (p < panels) group(p, panels);
   } else {
     for (uint32_t p1 = panels; p1 > 0;) {
-      const uint32_t p0 = p1 > 4 ? p1 - 4 : 0;
+      const uint32_t p0 = p1 > size ? p1 - size : 0;
       group(p0, p1);
       p1 = p0;
     }
   }
   if (groups == 0) {
-    for (size_t i = t.lo; i < t.hi; ++i) share_tile(pr, t, i);
+    for (size_t i = t.lo; i < t.hi; ++i) alone(i);
   }
+}
+
+// The LSTM: groups of 4 panels, fused from 16 panels (below, the step is
+// the AVX2 code's; the tiles run alone after it).
+void lstm_step_project(const StepArgs& s, const ProjectShare& pr, uint32_t panels, bool reverse) {
+  const ShareTiles t = share_tiles(pr, pr.w->gates * layout::panels_of(s.hidden));
+  step_project_groups(
+      panels, reverse, 4, panels >= 16 ? panels / 4 : 0, t, [&](uint32_t p0, uint32_t p1) { lstm_step_1x32(s, p0, p1); },
+      [&](uint32_t p0, size_t i) {
+        with_tile(pr, t, i, [&](auto mr, size_t m0, uint32_t q) {
+          lstm_panels_x4_project<decltype(mr)::value>(s, p0, pr, m0, q);
+        });
+      },
+      [&](size_t i) { share_tile(pr, t, i); });
+}
+
+// ---------------------------------- GRU steps with a projection share --
+//
+// The GRU's gate row is 3 vectors a panel, so a zmm pair of vectors crosses
+// a panel every other time: the set's gemm is the AVX2 one for the GRU, and
+// its share tiles here are 4 rows x one panel. The tile's panel row (r, z,
+// n: 24 floats a k) is read as two zmm, [r z] and [z n]: the z lanes are
+// computed twice (the same chain both times) and the second's upper half
+// gives n. Each lane is still its chain (bias, then k ascending).
+constexpr size_t kGruTileRows = 4;
+
+ShareTiles gru_share_tiles(const ProjectShare& pr, uint32_t panels) {
+  ShareTiles t;
+  t.row_blocks = (pr.rows + kGruTileRows - 1) / kGruTileRows;
+  const size_t n = t.row_blocks * panels;
+  t.lo = n * pr.share / pr.shares;
+  t.hi = n * (size_t{pr.share} + 1) / pr.shares;
+  return t;
+}
+
+// Tile i: f(std::integral_constant<int, MR>(), first row, panel), panel-major
+// (consecutive tiles of a share read the same panel of W).
+template <typename F>
+FERRY_VEC_INLINE void with_gru_tile(const ProjectShare& pr, const ShareTiles& t, size_t i, F&& f) {
+  const size_t m0 = i % t.row_blocks * kGruTileRows;
+  const uint32_t pp = static_cast<uint32_t>(i / t.row_blocks);
+  const size_t rows = pr.rows - m0 < kGruTileRows ? pr.rows - m0 : kGruTileRows;
+  with_rows(rows, [&](auto mr) { f(mr, m0, pp); });
+}
+
+// Tile i alone: the set's (AVX2) gemm over its rows and the panel's 3 vectors.
+void gru_share_tile(const ProjectShare& pr, const ShareTiles& t, size_t i) {
+  const GemmArgs g{pr.w, pr.a, pr.lda, pr.bias, nullptr, pr.c, pr.ldc, layout::gate_row_floats(pr.w->gates, pr.w->units)};
+  with_gru_tile(pr, t, i, [&](auto mr, size_t m0, uint32_t pp) {
+    avx2::gemm_panel8(g, m0, m0 + decltype(mr)::value, 3 * pp, 3 * pp + 3);
+  });
+}
+
+// Three GRU panels of the step from their input parts (gru_step_panels<3>'s
+// chains: r, z and n's recurrent part from b_hn, k ascending; 9 ymm) and the
+// MR x 1-panel projection tile at rows m0, panel pp (2 MR zmm) in one k loop.
+template <int MR>
+void gru_panels_project(const StepArgs& s, uint32_t p, const ProjectShare& pr, size_t m0, uint32_t pp) {
+  constexpr int NP = 3;
+  Vec acc[NP][3], nx[NP];
+#pragma GCC unroll 3
+  for (int i = 0; i < NP; ++i) {
+    const size_t col = (size_t{p} + i) * 24;
+    acc[i][0] = vload(s.pre + col);
+    acc[i][1] = vload(s.pre + col + 8);
+    nx[i] = vload(s.pre + col + 16);
+    acc[i][2] = s.b_hn ? vload(s.b_hn->f32() + (size_t{p} + i) * 8) : vzero();
+  }
+  __m512 rz[MR], zn[MR];
+#pragma GCC unroll 4
+  for (int m = 0; m < MR; ++m) {
+    rz[m] = pr.bias ? _mm512_loadu_ps(pr.bias->f32() + size_t{pp} * 24) : _mm512_setzero_ps();
+    zn[m] = pr.bias ? _mm512_loadu_ps(pr.bias->f32() + size_t{pp} * 24 + 8) : _mm512_setzero_ps();
+  }
+  const uint32_t kh = s.w_hh->cols, kx = pr.w->cols;
+  const float* wh[NP];
+#pragma GCC unroll 3
+  for (int i = 0; i < NP; ++i) wh[i] = s.w_hh->f32() + (p + i) * layout::panel8_panel_elements(3, kh);
+  const float* wp = pr.w->f32() + pp * layout::panel8_panel_elements(3, kx);
+  const float* a[MR];
+#pragma GCC unroll 4
+  for (int m = 0; m < MR; ++m) a[m] = pr.a + (m0 + m) * pr.lda;
+  const float* h = s.h;
+  auto step_k = [&](uint32_t k) {
+    const Vec hk = vbroadcast(h + k);
+#pragma GCC unroll 3
+    for (int i = 0; i < NP; ++i) {
+#pragma GCC unroll 3
+      for (int g = 0; g < 3; ++g) acc[i][g] = vfma(hk, vload(wh[i] + g * 8), acc[i][g]);
+      wh[i] += 24;
+    }
+  };
+  auto project_k = [&](uint32_t k) {
+    const __m512 w0 = _mm512_loadu_ps(wp), w1 = _mm512_loadu_ps(wp + 8);
+    wp += 24;
+#pragma GCC unroll 4
+    for (int m = 0; m < MR; ++m) {
+      const __m512 xm = _mm512_set1_ps(a[m][k]);
+      rz[m] = _mm512_fmadd_ps(xm, w0, rz[m]);
+      zn[m] = _mm512_fmadd_ps(xm, w1, zn[m]);
+    }
+  };
+  interleave_k(kh, kx, step_k, project_k);
+#pragma GCC unroll 4
+  for (int m = 0; m < MR; ++m) {
+    float* c = pr.c + (m0 + m) * pr.ldc + size_t{pp} * 24;
+    _mm512_storeu_ps(c, rz[m]);
+    vstore(c + 16, hi(zn[m]));
+  }
+#pragma GCC unroll 3
+  for (int i = 0; i < NP; ++i) gru_finish(acc[i][0], acc[i][1], nx[i], acc[i][2], s.h, s.h_new, p + i, s.hidden);
+}
+
+// The GRU: groups of 3 panels, fused at any size (the step is the AVX2
+// code's either way). A step that computes its own input part (no `pre`: a
+// last chunk of one step) runs unfused: the step, then the tiles.
+void gru_step_project(const StepArgs& s, const ProjectShare& pr, uint32_t panels, bool reverse) {
+  const ShareTiles t = gru_share_tiles(pr, layout::panels_of(s.hidden));
+  step_project_groups(
+      panels, reverse, 3, s.pre ? panels / 3 : 0, t, [&](uint32_t p0, uint32_t p1) { avx2::gru_step(s, p0, p1); },
+      [&](uint32_t p0, size_t i) {
+        with_gru_tile(pr, t, i, [&](auto mr, size_t m0, uint32_t pp) {
+          gru_panels_project<decltype(mr)::value>(s, p0, pr, m0, pp);
+        });
+      },
+      [&](size_t i) { gru_share_tile(pr, t, i); });
 }
 
 }  // namespace
@@ -471,6 +605,7 @@ using namespace avx2;  // every entry this set does not replace
 #define FERRY_SET_LSTM_GROUP 4
 #define FERRY_SET_LSTM_BATCH_STEP lstm_batch_step_8x32
 #define FERRY_SET_LSTM_STEP_PROJECT lstm_step_project
+#define FERRY_SET_GRU_STEP_PROJECT gru_step_project
 #include "kernels/simd/table.inl"
 }  // namespace avx512
 

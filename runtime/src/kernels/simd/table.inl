@@ -3,12 +3,13 @@
 // (FERRY_KERNEL_SET_NAME) and may replace the GEMM and the LSTM step with
 // wider ones (FERRY_SET_GEMM, FERRY_SET_LSTM_STEP and its panel group
 // FERRY_SET_LSTM_GROUP: avx512.cpp), and may add a fused batched LSTM step
-// (FERRY_SET_LSTM_BATCH_STEP) and a one-sample LSTM step that computes a
-// share of the next chunk's input projection in its loop
-// (FERRY_SET_LSTM_STEP_PROJECT); every other entry is the entry point of
-// that name visible in the namespace (entry_points.inl). Softmax,
-// log-softmax, LayerNorm and GELU's erf form are the reference kernels on
-// every set (per row or libm-bound, rarely the cost of a model).
+// (FERRY_SET_LSTM_BATCH_STEP) and one-sample LSTM and GRU steps that
+// compute a share of the next chunk's input projection in their loop
+// (FERRY_SET_LSTM_STEP_PROJECT, FERRY_SET_GRU_STEP_PROJECT); every other
+// entry is the entry point of that name visible in the namespace
+// (entry_points.inl). Softmax, log-softmax, LayerNorm and GELU's erf form
+// are the reference kernels on every set (per row or libm-bound, rarely the
+// cost of a model).
 
 #ifndef FERRY_SET_GEMM
 #define FERRY_SET_GEMM gemm_panel8
@@ -24,6 +25,9 @@
 #endif
 #ifndef FERRY_SET_LSTM_STEP_PROJECT
 #define FERRY_SET_LSTM_STEP_PROJECT nullptr
+#endif
+#ifndef FERRY_SET_GRU_STEP_PROJECT
+#define FERRY_SET_GRU_STEP_PROJECT nullptr
 #endif
 
 extern const KernelSet f32_kernel_set;
@@ -53,7 +57,7 @@ const KernelSet f32_kernel_set = {
     nullptr,  // activation_bytes, quantize_rows: float activations
     nullptr,
     {FERRY_SET_LSTM_BATCH_STEP, nullptr, nullptr},
-    {FERRY_SET_LSTM_STEP_PROJECT, nullptr, nullptr},
+    {FERRY_SET_LSTM_STEP_PROJECT, FERRY_SET_GRU_STEP_PROJECT, nullptr},
 };
 
 #undef FERRY_SET_GEMM
@@ -61,3 +65,4 @@ const KernelSet f32_kernel_set = {
 #undef FERRY_SET_LSTM_GROUP
 #undef FERRY_SET_LSTM_BATCH_STEP
 #undef FERRY_SET_LSTM_STEP_PROJECT
+#undef FERRY_SET_GRU_STEP_PROJECT
