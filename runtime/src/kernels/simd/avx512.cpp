@@ -17,7 +17,8 @@
 // entries (and the LSTM step group) replaced, plus a batched LSTM step in
 // one kernel (batch_step: the GEMM's tile over W_ih x and W_hh h, then the
 // update on its registers), which the backend runs for a chunk of one step
-// (B >= 64, W3).
+// (B >= 64, W3), and one-sample LSTM and GRU steps that compute a share of
+// the next chunk's input projection in their k loop (step_project: W2).
 #include "kernels/simd/isa.h"
 #include "kernels/reference/reference.h"
 
