@@ -94,8 +94,12 @@ TEST(KernelSets, GemmMatchesTheReference) {
     uint32_t gates, units, k;
     size_t rows;
   };
+  // Three gates in calls of 4 to 8 rows (the halves below): f32_avx512's
+  // panel tiles of 4 to 8 rows, vectors split off a panel's edge on either
+  // side.
   const Shape shapes[] = {{1, 1, 1, 1},   {1, 7, 5, 3},    {4, 9, 13, 7},  {3, 17, 8, 13}, {4, 64, 33, 6},
-                          {1, 130, 19, 2}, {3, 24, 64, 12}, {4, 5, 100, 1}, {1, 16, 16, 25}};
+                          {1, 130, 19, 2}, {3, 24, 64, 12}, {4, 5, 100, 1}, {1, 16, 16, 25}, {3, 40, 50, 16},
+                          {3, 9, 30, 10},  {3, 61, 7, 8}};
   for (const Shape& sh : shapes) {
     PackedMatrix w(rng, sh.gates, sh.units, sh.k);
     PackedMatrix bias(rng, sh.gates, sh.units, 1);

@@ -149,11 +149,87 @@ uint32_t sweep_vectors(const GemmArgs& g, size_t m0, uint32_t q, uint32_t q1) {
   return q;
 }
 
+// Three gates (the GRU): MR rows x one panel row (24 lanes: r, z, n), r and
+// z in a zmm, n in a ymm (a zmm over n would take the next k's r), so every
+// lane is used: per k, MR zmm and MR ymm FMAs from 2 + MR loads. The ymm
+// accumulators and the broadcast (which the zmm FMA reads whole and the ymm
+// FMA by its lower half) live in ymm0-15, the only ones AVX-512F lets a ymm
+// operation name. Each lane is the chain of the AVX2 gemm (init, k
+// ascending): the same bits.
+template <int MR>
+void tile_gates3(const GemmArgs& g, size_t m0, uint32_t pp) {
+  const size_t col = size_t{pp} * 24;
+  __m512 rz[MR];
+  __m256 n[MR];
+#pragma GCC unroll 8
+  for (int m = 0; m < MR; ++m) {
+    if (g.c_init) {
+      rz[m] = _mm512_loadu_ps(g.c_init + (m0 + m) * g.ldc + col);
+      n[m] = _mm256_loadu_ps(g.c_init + (m0 + m) * g.ldc + col + 16);
+    } else if (g.bias) {
+      rz[m] = _mm512_loadu_ps(g.bias->f32() + col);
+      n[m] = _mm256_loadu_ps(g.bias->f32() + col + 16);
+    } else {
+      rz[m] = _mm512_setzero_ps();
+      n[m] = _mm256_setzero_ps();
+    }
+  }
+  const size_t kk = g.w->cols;
+  const float* wp = g.w->f32() + pp * layout::panel8_panel_elements(3, static_cast<uint32_t>(kk));
+  const float* a[MR];
+#pragma GCC unroll 8
+  for (int m = 0; m < MR; ++m) a[m] = g.a + (m0 + m) * g.lda;
+  for (size_t k = 0; k < kk; ++k) {
+    const __m512 w_rz = _mm512_loadu_ps(wp);
+    const __m256 w_n = _mm256_loadu_ps(wp + 16);
+    wp += 24;
+#pragma GCC unroll 8
+    for (int m = 0; m < MR; ++m) {
+      const __m512 x = _mm512_set1_ps(a[m][k]);
+      rz[m] = _mm512_fmadd_ps(x, w_rz, rz[m]);
+      n[m] = _mm256_fmadd_ps(_mm512_castps512_ps256(x), w_n, n[m]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int m = 0; m < MR; ++m) {
+    float* c = g.c + (m0 + m) * g.ldc + col;
+    _mm512_storeu_ps(c, rz[m]);
+    _mm256_storeu_ps(c + 16, n[m]);
+  }
+}
+
+// From 4 rows to 8 (ferry bench, GRU(64, 256), T 64, 3 alternations, this
+// tile against the AVX2 code's 6 x 2 and 4 x 2 tiles: B 4 1.35-1.41 against
+// 1.45-1.49 ms, B 8 2.70-2.82 against 3.13-3.15, B 6 a tie, 2.02-2.15
+// against 1.99-2.04). Above 8 the AVX2 tiles measured faster (B 16
+// 5.40-5.44 against 5.50-5.55 ms, B 64 T 128 42.7-43.4 against 44.3-44.5),
+// the zmm broadcasts costing more than its tiles' remainders.
+constexpr size_t kGates3MaxRows = 8;
+
+// The whole panels of vectors [q0, q1) in tile_gates3's tiles, panels
+// outside and rows inside (a panel's weights stay in L1 while the rows
+// pass); the vectors before the first whole panel and after the last on
+// the AVX2 code.
+void gemm_gates3(const GemmArgs& g, size_t m0, size_t m1, uint32_t q0, uint32_t q1) {
+  const uint32_t p0 = (q0 + 2) / 3, p1 = q1 / 3;
+  if (p0 >= p1) {
+    avx2::gemm_panel8(g, m0, m1, q0, q1);
+    return;
+  }
+  if (q0 < 3 * p0) avx2::gemm_panel8(g, m0, m1, q0, 3 * p0);
+  for (uint32_t p = p0; p < p1; ++p) row_tiles(m0, m1, [&](auto mr, size_t m) { tile_gates3<decltype(mr)::value>(g, m, p); });
+  if (3 * p1 < q1) avx2::gemm_panel8(g, m0, m1, 3 * p1, q1);
+}
+
 // 8 rows x 2 zmm (32 lanes: a whole LSTM panel row) is the main tile: 16
 // accumulators, 2 weight registers, 1 broadcast, of 32 zmm; per k, 10 loads
 // feed 16 FMAs.
 void gemm_panel8_8x32(const GemmArgs& g, size_t m0, size_t m1, uint32_t q0, uint32_t q1) {
   const auto avx2_gemm = avx2::gemm_panel8;
+  if (g.w->gates == 3 && m1 - m0 >= 4 && m1 - m0 <= kGates3MaxRows && size_t{q1} * 8 <= g.n_store) {
+    gemm_gates3(g, m0, m1, q0, q1);
+    return;
+  }
   if (g.w->gates % 2 != 0 || size_t{q1} * 8 > g.n_store) {
     avx2_gemm(g, m0, m1, q0, q1);
     return;
@@ -486,11 +562,12 @@ void lstm_step_project(const StepArgs& s, const ProjectShare& pr, uint32_t panel
 // ---------------------------------- GRU steps with a projection share --
 //
 // The GRU's gate row is 3 vectors a panel, so a zmm pair of vectors crosses
-// a panel every other time: the set's gemm is the AVX2 one for the GRU, and
-// its share tiles here are 4 rows x one panel. The tile's panel row (r, z,
-// n: 24 floats a k) is read as two zmm, [r z] and [z n]: the z lanes are
-// computed twice (the same chain both times) and the second's upper half
-// gives n. Each lane is still its chain (bias, then k ascending).
+// a panel every other time: its share tiles here are 4 rows x one panel
+// (alone: tile_gates3). Beside the step's 9 ymm chains, whose registers are
+// ymm0-15 too, the tile's panel row (r, z, n: 24 floats a k) is read as two
+// zmm, [r z] and [z n]: the z lanes are computed twice (the same chain both
+// times) and the second's upper half gives n. Each lane is still its chain
+// (bias, then k ascending).
 constexpr size_t kGruTileRows = 4;
 
 ShareTiles gru_share_tiles(const ProjectShare& pr, uint32_t panels) {
@@ -512,11 +589,11 @@ FERRY_VEC_INLINE void with_gru_tile(const ProjectShare& pr, const ShareTiles& t,
   with_rows(rows, [&](auto mr) { f(mr, m0, pp); });
 }
 
-// Tile i alone: the set's (AVX2) gemm over its rows and the panel's 3 vectors.
+// Tile i alone: the set's gemm over its rows and the panel's 3 vectors.
 void gru_share_tile(const ProjectShare& pr, const ShareTiles& t, size_t i) {
   const GemmArgs g{pr.w, pr.a, pr.lda, pr.bias, nullptr, pr.c, pr.ldc, layout::gate_row_floats(pr.w->gates, pr.w->units)};
   with_gru_tile(pr, t, i, [&](auto mr, size_t m0, uint32_t pp) {
-    avx2::gemm_panel8(g, m0, m0 + decltype(mr)::value, 3 * pp, 3 * pp + 3);
+    gemm_panel8_8x32(g, m0, m0 + decltype(mr)::value, 3 * pp, 3 * pp + 3);
   });
 }
 
