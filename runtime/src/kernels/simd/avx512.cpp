@@ -409,31 +409,40 @@ void lstm_step_1x32(const StepArgs& s, uint32_t p0, uint32_t p1) {
 
 // ------------------------------------------ steps with a projection share --
 
-// The tiles of a projection share: rows in blocks of 8 (the last may be
-// shorter) times one zmm of W (2 vectors), numbered zmm-major, so that the
-// consecutive tiles of one share read the same slice of W (16 KiB at K 256)
-// for all the chunk's rows.
+// The tiles of a projection share: rows in blocks of `block` (the last may
+// be shorter) times `columns` column groups of W, numbered column-major, so
+// that the consecutive tiles of one share read the same slice of W (16 KiB
+// at K 256) for all the chunk's rows. The LSTM's: 8 rows x one zmm of W (2
+// vectors); the GRU's: 4 rows x one panel (3 vectors).
 struct ShareTiles {
+  size_t block;       // rows a tile
   size_t row_blocks;
-  size_t lo, hi;  // this share's tiles
+  size_t lo, hi;      // this share's tiles
 };
 
-ShareTiles share_tiles(const ProjectShare& pr, uint32_t vectors) {
+ShareTiles share_tiles(const ProjectShare& pr, size_t block, size_t columns) {
   ShareTiles t;
-  t.row_blocks = (pr.rows + 7) / 8;
-  const size_t n = t.row_blocks * (vectors / 2);
+  t.block = block;
+  t.row_blocks = (pr.rows + block - 1) / block;
+  const size_t n = t.row_blocks * columns;
   t.lo = n * pr.share / pr.shares;
   t.hi = n * (size_t{pr.share} + 1) / pr.shares;
   return t;
 }
 
-// Tile i: its first row m0 and its first vector q (even);
-// f(std::integral_constant<int, MR>(), m0, q) with MR its rows.
+// Tile i: f(std::integral_constant<int, MR>(), its first row, its column
+// group) with MR its rows.
+template <typename F>
+FERRY_VEC_INLINE void with_share_tile(const ProjectShare& pr, const ShareTiles& t, size_t i, F&& f) {
+  const size_t m0 = i % t.row_blocks * t.block;
+  const uint32_t column = static_cast<uint32_t>(i / t.row_blocks);
+  with_rows(pr.rows - m0 < t.block ? pr.rows - m0 : t.block, [&](auto mr) { f(mr, m0, column); });
+}
+
+// The LSTM's tile i: its first vector q (even) = 2 x its zmm column.
 template <typename F>
 FERRY_VEC_INLINE void with_tile(const ProjectShare& pr, const ShareTiles& t, size_t i, F&& f) {
-  const size_t m0 = i % t.row_blocks * 8;
-  const uint32_t q = static_cast<uint32_t>(i / t.row_blocks) * 2;
-  with_rows(pr.rows - m0 < 8 ? pr.rows - m0 : 8, [&](auto mr) { f(mr, m0, q); });
+  with_share_tile(pr, t, i, [&](auto mr, size_t m0, uint32_t z) { f(mr, m0, 2 * z); });
 }
 
 // Tile i alone (gemm_panel8_8x32's tile).
@@ -548,7 +557,7 @@ FERRY_VEC_INLINE void step_project_groups(uint32_t panels, bool reverse, uint32_
 // The LSTM: groups of 4 panels, fused from 16 panels (below, the step is
 // the AVX2 code's; the tiles run alone after it).
 void lstm_step_project(const StepArgs& s, const ProjectShare& pr, uint32_t panels, bool reverse) {
-  const ShareTiles t = share_tiles(pr, pr.w->gates * layout::panels_of(s.hidden));
+  const ShareTiles t = share_tiles(pr, 8, pr.w->gates * layout::panels_of(s.hidden) / 2);
   step_project_groups(
       panels, reverse, 4, panels >= 16 ? panels / 4 : 0, t, [&](uint32_t p0, uint32_t p1) { lstm_step_1x32(s, p0, p1); },
       [&](uint32_t p0, size_t i) {
@@ -570,29 +579,10 @@ void lstm_step_project(const StepArgs& s, const ProjectShare& pr, uint32_t panel
 // (bias, then k ascending).
 constexpr size_t kGruTileRows = 4;
 
-ShareTiles gru_share_tiles(const ProjectShare& pr, uint32_t panels) {
-  ShareTiles t;
-  t.row_blocks = (pr.rows + kGruTileRows - 1) / kGruTileRows;
-  const size_t n = t.row_blocks * panels;
-  t.lo = n * pr.share / pr.shares;
-  t.hi = n * (size_t{pr.share} + 1) / pr.shares;
-  return t;
-}
-
-// Tile i: f(std::integral_constant<int, MR>(), first row, panel), panel-major
-// (consecutive tiles of a share read the same panel of W).
-template <typename F>
-FERRY_VEC_INLINE void with_gru_tile(const ProjectShare& pr, const ShareTiles& t, size_t i, F&& f) {
-  const size_t m0 = i % t.row_blocks * kGruTileRows;
-  const uint32_t pp = static_cast<uint32_t>(i / t.row_blocks);
-  const size_t rows = pr.rows - m0 < kGruTileRows ? pr.rows - m0 : kGruTileRows;
-  with_rows(rows, [&](auto mr) { f(mr, m0, pp); });
-}
-
 // Tile i alone: the set's gemm over its rows and the panel's 3 vectors.
 void gru_share_tile(const ProjectShare& pr, const ShareTiles& t, size_t i) {
   const GemmArgs g{pr.w, pr.a, pr.lda, pr.bias, nullptr, pr.c, pr.ldc, layout::gate_row_floats(pr.w->gates, pr.w->units)};
-  with_gru_tile(pr, t, i, [&](auto mr, size_t m0, uint32_t pp) {
+  with_share_tile(pr, t, i, [&](auto mr, size_t m0, uint32_t pp) {
     gemm_panel8_8x32(g, m0, m0 + decltype(mr)::value, 3 * pp, 3 * pp + 3);
   });
 }
@@ -661,11 +651,11 @@ void gru_panels_project(const StepArgs& s, uint32_t p, const ProjectShare& pr, s
 // code's either way). A step that computes its own input part (no `pre`: a
 // last chunk of one step) runs unfused: the step, then the tiles.
 void gru_step_project(const StepArgs& s, const ProjectShare& pr, uint32_t panels, bool reverse) {
-  const ShareTiles t = gru_share_tiles(pr, layout::panels_of(s.hidden));
+  const ShareTiles t = share_tiles(pr, kGruTileRows, layout::panels_of(s.hidden));
   step_project_groups(
       panels, reverse, 3, s.pre ? panels / 3 : 0, t, [&](uint32_t p0, uint32_t p1) { avx2::gru_step(s, p0, p1); },
       [&](uint32_t p0, size_t i) {
-        with_gru_tile(pr, t, i, [&](auto mr, size_t m0, uint32_t pp) {
+        with_share_tile(pr, t, i, [&](auto mr, size_t m0, uint32_t pp) {
           gru_panels_project<decltype(mr)::value>(s, p0, pr, m0, pp);
         });
       },
