@@ -301,10 +301,10 @@ TEST(KernelSets, BatchStepsAreGemmPlusUpdate) {
 // projection's gemm it stands for, bit for bit: hidden sizes below the
 // fused path (AVX2 step, tiles alone), at 16 panels, with a tail group
 // (GRU: of 1 and 2 panels) and with more; projection K below, equal to and
-// above the step's; rows with every remainder of 8 (GRU: 4); shares 1 to more than
-// there are tiles (shares with no tile, groups with several); both panel
-// orders; with and without a bias, with `pre` and with the step's own input
-// part.
+// above the step's; rows with every remainder of 8 (GRU: 4); shares 1 to
+// more than there are tiles (shares with no tile, groups with several);
+// both panel orders; with and without a bias, with `pre` and with the
+// step's own input part.
 TEST(KernelSets, StepsWithAProjectionShareAreStepPlusGemm) {
   const std::vector<const KernelSet*> sets = simd_sets();
   if (sets.empty()) GTEST_SKIP() << "this CPU runs no SIMD kernel set of this build";
@@ -364,8 +364,9 @@ TEST(KernelSets, StepsWithAProjectionShareAreStepPlusGemm) {
                       panels, reverse);
                 if (i == 0) c_got = c_step;
               }
-              const std::string what = std::string(set->name) + (lstm ? " LSTM" : " GRU") + " H " + std::to_string(hidden) + " K " +
-                                       std::to_string(kx) + " rows " + std::to_string(rows) + " shares " +
+              const std::string what = std::string(set->name) + (lstm ? " LSTM" : " GRU") + " H " +
+                                       std::to_string(hidden) + " K " + std::to_string(kx) + " rows " +
+                                       std::to_string(rows) + " shares " +
                                        std::to_string(shares) + (reverse ? " reverse" : "") +
                                        (with_pre ? " pre" : " w_ih") + (with_bias ? " bias" : "");
               EXPECT_EQ(std::memcmp(c_got.data(), c_want.data(), hidden * sizeof(float)), 0) << what << ": c";
