@@ -235,7 +235,8 @@ TEST(KernelSets, FusedStepsMatchTheReferenceAndTheBatchedPath) {
 // replaces, bit for bit: rows 1 to 13 (every tile remainder, the
 // narrow-batch tiles below 4 rows), hidden sizes with a partial last panel,
 // with and without a bias, rows and panels split as threads split them, and
-// rows that have ended (no update: their c and h_new untouched).
+// rows that have ended (no update: their c and h_new untouched), and every
+// row running (the AVX-512 set updates two rows a vector).
 TEST(KernelSets, BatchStepsAreGemmPlusUpdate) {
   const std::vector<const KernelSet*> sets = simd_sets();
   if (sets.empty()) GTEST_SKIP() << "this CPU runs no SIMD kernel set of this build";
@@ -248,46 +249,57 @@ TEST(KernelSets, BatchStepsAreGemmPlusUpdate) {
       ASSERT_EQ(kind, kernels::kind_index(layout::CellKind::kLstm)) << set->name << ": only LSTM is defined";
       for (uint32_t hidden : {1u, 7u, 8u, 23u, 40u, 64u}) {
         for (size_t rows : {1u, 2u, 3u, 4u, 5u, 8u, 9u, 13u}) {
-          const uint32_t k = hidden + 3, in = hidden % 5 + 2, cols = layout::gate_row_floats(4, hidden);
-          const uint32_t panels = layout::panels_of(hidden);
-          const size_t ldh = k + 1, ldx = in + 2, ldh_new = hidden + 5, ldg = cols + 8;
-          PackedMatrix w_hh(rng, 4, hidden, k), w_ih(rng, 4, hidden, in), bias(rng, 4, hidden, 1);
-          const std::vector<float> h = random_vector(rng, rows * ldh), x = random_vector(rng, rows * ldx),
-                                   c0 = random_vector(rng, rows * hidden);
-          std::vector<int32_t> lengths(rows);
-          for (size_t b = 0; b < rows; ++b) lengths[b] = static_cast<int32_t>((b * 7 + 3) % 5);  // t = 2: some ended
-          const size_t t = 2;
-          const Weight* b_or_null = hidden % 2 ? &bias.w : nullptr;
-          // Expected: the two gemms into gate rows, then update[] on the active rows.
-          std::vector<float> gates(rows * ldg), c_want = c0, h_want(rows * ldh_new, -7.0f);
-          set->gemm(kernels::GemmArgs{&w_ih.w, x.data(), ldx, b_or_null, nullptr, gates.data(), ldg, cols}, 0, rows, 0,
-                    cols / layout::kPanel);
-          set->gemm(kernels::GemmArgs{&w_hh.w, h.data(), ldh, nullptr, gates.data(), gates.data(), ldg, cols}, 0, rows,
-                    0, cols / layout::kPanel);
-          for (size_t b = 0; b < rows; ++b) {
-            if (!(t < static_cast<size_t>(lengths[b]))) continue;
-            const kernels::UpdateArgs u{gates.data() + b * ldg, gates.data() + b * ldg, c_want.data() + b * hidden,
-                                        nullptr, h_want.data() + b * ldh_new, hidden, 0};
-            set->update[kind](u, 0, panels);
-          }
-          for (int split = 0; split < 2; ++split) {
-            std::vector<float> c_got = c0, h_got(rows * ldh_new, -7.0f);
-            const kernels::BatchStepArgs args{&w_ih.w, x.data(), ldx,     b_or_null,      &w_hh.w, h.data(), ldh,
-                                              c_got.data(), hidden,  h_got.data(), ldh_new, lengths.data(), t, hidden};
-            if (split == 0) {
-              fused(args, 0, rows, 0, panels);
-            } else {  // rows and panels in two parts each, as two threads and two tasks would
-              const size_t mh = rows / 2;
-              const uint32_t ph = panels / 2;
-              fused(args, 0, mh, 0, panels);
-              fused(args, mh, rows, 0, ph);
-              fused(args, mh, rows, ph, panels);
+          for (bool some_ended : {true, false}) {
+            const uint32_t k = hidden + 3, in = hidden % 5 + 2, cols = layout::gate_row_floats(4, hidden);
+            const uint32_t panels = layout::panels_of(hidden);
+            const size_t ldh = k + 1, ldx = in + 2, ldh_new = hidden + 5, ldg = cols + 8;
+            PackedMatrix w_hh(rng, 4, hidden, k), w_ih(rng, 4, hidden, in), bias(rng, 4, hidden, 1);
+            const std::vector<float> h = random_vector(rng, rows * ldh), x = random_vector(rng, rows * ldx),
+                                     c0 = random_vector(rng, rows * hidden);
+            std::vector<int32_t> lengths(rows);
+            for (size_t b = 0; b < rows; ++b) {  // at t = 2: some rows ended, or none
+              lengths[b] = some_ended ? static_cast<int32_t>((b * 7 + 3) % 5) : 3;
             }
-            const std::string what = std::string(set->name) + " H " + std::to_string(hidden) + " rows " +
-                                     std::to_string(rows) + " split " + std::to_string(split);
-            EXPECT_EQ(std::memcmp(c_got.data(), c_want.data(), c_got.size() * sizeof(float)), 0) << what << ": c";
-            EXPECT_EQ(std::memcmp(h_got.data(), h_want.data(), h_got.size() * sizeof(float)), 0) << what << ": h";
-            ++checked;
+            const size_t t = 2;
+            const Weight* b_or_null = hidden % 2 ? &bias.w : nullptr;
+            // Expected: the two gemms into gate rows, then update[] on the active rows.
+            std::vector<float> gates(rows * ldg), c_want = c0, h_want(rows * ldh_new, -7.0f);
+            set->gemm(kernels::GemmArgs{&w_ih.w, x.data(), ldx, b_or_null, nullptr, gates.data(), ldg, cols}, 0, rows,
+                      0, cols / layout::kPanel);
+            set->gemm(kernels::GemmArgs{&w_hh.w, h.data(), ldh, nullptr, gates.data(), gates.data(), ldg, cols}, 0,
+                      rows, 0, cols / layout::kPanel);
+            for (size_t b = 0; b < rows; ++b) {
+              if (!(t < static_cast<size_t>(lengths[b]))) continue;
+              const kernels::UpdateArgs u{gates.data() + b * ldg,
+                                          gates.data() + b * ldg,
+                                          c_want.data() + b * hidden,
+                                          nullptr,
+                                          h_want.data() + b * ldh_new,
+                                          hidden,
+                                          0};
+              set->update[kind](u, 0, panels);
+            }
+            for (int split = 0; split < 2; ++split) {
+              std::vector<float> c_got = c0, h_got(rows * ldh_new, -7.0f);
+              const kernels::BatchStepArgs args{&w_ih.w, x.data(),     ldx,    b_or_null,    &w_hh.w, h.data(),
+                                                ldh,     c_got.data(), hidden, h_got.data(), ldh_new, lengths.data(),
+                                                t,       hidden};
+              if (split == 0) {
+                fused(args, 0, rows, 0, panels);
+              } else {  // rows and panels in two parts each, as two threads and two tasks would
+                const size_t mh = rows / 2;
+                const uint32_t ph = panels / 2;
+                fused(args, 0, mh, 0, panels);
+                fused(args, mh, rows, 0, ph);
+                fused(args, mh, rows, ph, panels);
+              }
+              const std::string what = std::string(set->name) + " H " + std::to_string(hidden) + " rows " +
+                                       std::to_string(rows) + " split " + std::to_string(split) +
+                                       (some_ended ? " some ended" : " all running");
+              EXPECT_EQ(std::memcmp(c_got.data(), c_want.data(), c_got.size() * sizeof(float)), 0) << what << ": c";
+              EXPECT_EQ(std::memcmp(h_got.data(), h_want.data(), h_got.size() * sizeof(float)), 0) << what << ": h";
+              ++checked;
+            }
           }
         }
       }

@@ -12,8 +12,9 @@
 // contiguous in a panel row (and in a panel-order output row) when g is even
 // and g+1 < G: the LSTM's 4 gates = 2 zmm per panel row. Each lane is still
 // the FMA chain of kernels/kernel_set.h (init, then k ascending), and the
-// nonlinearities are the AVX2 code on the 256-bit halves, so every result is
-// bit for bit the AVX2 set's. The set is f32_avx2's table with those two
+// nonlinearities are the AVX2 code's operations, on the 256-bit halves or,
+// in the batched step's update, on 16 lanes of two rows (activations.inl
+// over vec_avx512.h), so every result is bit for bit the AVX2 set's. The set is f32_avx2's table with those two
 // entries (and the LSTM step group) replaced, plus a batched LSTM step in
 // one kernel (batch_step: the GEMM's tile over W_ih x and W_hh h, then the
 // update on its registers), which the backend runs for a chunk of one step
@@ -52,6 +53,13 @@ namespace avx512 {
 // same source as avx2.cpp's, so the same operations in the same order).
 #include "kernels/simd/vec_avx2.h"
 #include "kernels/simd/math.inl"
+
+// The nonlinearities again on 16 lanes (the same operations lane by lane):
+// wide::vsigmoid, wide::vtanh.
+namespace wide {
+#include "kernels/simd/vec_avx512.h"
+#include "kernels/simd/activations.inl"
+}  // namespace wide
 
 namespace {
 
@@ -307,6 +315,65 @@ FERRY_VEC_INLINE void finish_rows(const BatchStepArgs& s, const __m512 (&acc)[MR
 // products). So running each tile's update in pieces inside the next
 // tile's k loop (as lstm_step does) cannot help, and did not: 412-417 us
 // against 404-411; not kept.
+// The same update for 2 NPAIR rows m .. of panel i, two rows a zmm: the
+// gate halves of rows m and m+1 shuffled together ([i_m i_m+1] and so on:
+// 4 shuffles a pair), then lstm_finish_n's stages on 16 lanes
+// (wide::vsigmoid, wide::vtanh; every lane the same operations as the
+// 8-lane code, so the same bits), c and h read and written as 8-lane
+// halves. On a core with two 512-bit FMA pipes (Intel), half the update's
+// operations. Rows that have ended, and a last panel of fewer than 8
+// units, go row by row.
+template <int NPAIR, int MR, int NZ>
+FERRY_VEC_INLINE void finish_row_pairs(const BatchStepArgs& s, const __m512 (&acc)[MR][NZ], size_t m0, int m, int i,
+                                       uint32_t p) {
+  constexpr int N = 2 * NPAIR;
+  const uint32_t pi = p + static_cast<uint32_t>(i);
+  bool wide_ok = panel_lanes(pi, s.hidden) == 8;
+#pragma GCC unroll 8
+  for (int n = 0; n < N; ++n) wide_ok = wide_ok && (!s.lengths || s.t < static_cast<size_t>(s.lengths[m0 + m + n]));
+  if (!wide_ok) {
+    for (int n = 0; n < N; ++n) finish_rows<1>(s, acc, m0, m + n, i, p);
+    return;
+  }
+  wide::Vec a[NPAIR][4], c1[NPAIR];
+  float* c[N];
+  float* h[N];
+#pragma GCC unroll 8
+  for (int n = 0; n < N; ++n) {
+    c[n] = s.c + (m0 + m + n) * s.ldc + size_t{pi} * 8;
+    h[n] = s.h_new + (m0 + m + n) * s.ldh_new + size_t{pi} * 8;
+  }
+#pragma GCC unroll 4
+  for (int j = 0; j < NPAIR; ++j) {
+    const __m512 if0 = acc[m + 2 * j][2 * i], go0 = acc[m + 2 * j][2 * i + 1];
+    const __m512 if1 = acc[m + 2 * j + 1][2 * i], go1 = acc[m + 2 * j + 1][2 * i + 1];
+    a[j][0] = {_mm512_shuffle_f32x4(if0, if1, 0x44)};  // [i_m i_m+1]
+    a[j][1] = {_mm512_shuffle_f32x4(if0, if1, 0xEE)};  // [f_m f_m+1]
+    a[j][2] = {_mm512_shuffle_f32x4(go0, go1, 0x44)};  // [g_m g_m+1]
+    a[j][3] = {_mm512_shuffle_f32x4(go0, go1, 0xEE)};  // [o_m o_m+1]
+  }
+#pragma GCC unroll 4
+  for (int j = 0; j < NPAIR; ++j) {
+#pragma GCC unroll 4
+    for (int g = 0; g < 4; ++g) a[j][g] = g == 2 ? wide::vtanh(a[j][g]) : wide::vsigmoid(a[j][g]);
+  }
+#pragma GCC unroll 4
+  for (int j = 0; j < NPAIR; ++j) {
+    const __m256d c_lo = _mm256_castps_pd(_mm256_loadu_ps(c[2 * j]));
+    const __m256d c_hi = _mm256_castps_pd(_mm256_loadu_ps(c[2 * j + 1]));
+    const wide::Vec c0 = {_mm512_castpd_ps(_mm512_insertf64x4(_mm512_castpd256_pd512(c_lo), c_hi, 1))};
+    c1[j] = wide::vfma(a[j][1], c0, wide::vmul(a[j][0], a[j][2]));  // lstm_cell: f c + i g
+    vstore(c[2 * j], lo(c1[j].v));
+    vstore(c[2 * j + 1], hi(c1[j].v));
+  }
+#pragma GCC unroll 4
+  for (int j = 0; j < NPAIR; ++j) {
+    const wide::Vec hv = wide::vmul(a[j][3], wide::vtanh(c1[j]));  // lstm_hidden: o tanh(c')
+    vstore(h[2 * j], lo(hv.v));
+    vstore(h[2 * j + 1], hi(hv.v));
+  }
+}
+
 template <int MR, int NP>
 void lstm_batch_tile(const BatchStepArgs& s, size_t m0, uint32_t p) {
   constexpr int NZ = 2 * NP;
@@ -323,7 +390,8 @@ void lstm_batch_tile(const BatchStepArgs& s, size_t m0, uint32_t p) {
 #pragma GCC unroll 4
   for (int i = 0; i < NP; ++i) {
     int m = 0;
-    for (; m + 4 <= MR; m += 4) finish_rows<4>(s, acc, m0, m, i, p);
+    for (; m + 4 <= MR; m += 4) finish_row_pairs<2>(s, acc, m0, m, i, p);
+    for (; m + 2 <= MR; m += 2) finish_row_pairs<1>(s, acc, m0, m, i, p);
     for (; m < MR; ++m) finish_rows<1>(s, acc, m0, m, i, p);
   }
 }
