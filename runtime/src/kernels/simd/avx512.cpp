@@ -1,11 +1,11 @@
 // AVX-512 where it pays: the batched Panel8 GEMM (compute-bound: input
 // projections of a chunk of steps, recurrent products of a batch) and the
 // fused single-sample LSTM step (bound by how fast weights come from L2: one
-// 64-byte load per cache line instead of two 32-byte ones, and 8
-// accumulators over 4 panels; measured 1.3x at H = 64 and 256). The GRU step
-// stays AVX2 (its 96-byte panel rows split every other 64-byte load across
-// two lines: measured slower), and so do the updates, element-wise ops and
-// RNN steps. Compiled alone with -mavx512f; entered only through
+// 64-byte load per cache line instead of two 32-byte ones; its update, and
+// the batched step's, on 16 lanes). The GRU step stays AVX2 (its 96-byte
+// panel rows split every other 64-byte load across two lines: measured
+// slower on Zen 4), and so do the other updates, element-wise ops and RNN
+// steps. Compiled alone with -mavx512f; entered only through
 // f32_avx512_kernel_set() after CPU detection (kernels/registry.cpp).
 //
 // One zmm holds two adjacent Panel8 vectors: gates g and g+1 of one panel are
@@ -430,7 +430,7 @@ FERRY_VEC_INLINE void accumulate_lstm(__m512 (&acc)[NP][2], const Weight& weight
 // The chains of panels p .. p+NP-1 up to their recurrent part: from the
 // step's input parts (pre), or from the bias and W_ih x.
 template <int NP>
-FERRY_VEC_INLINE void lstm_input_part(__m512 (&acc)[NP][2], const StepArgs& s, uint32_t p) {
+FERRY_VEC_INLINE void lstm_input_part_init(__m512 (&acc)[NP][2], const StepArgs& s, uint32_t p) {
 #pragma GCC unroll 8
   for (int i = 0; i < NP; ++i) {
     const float* init = s.pre ? s.pre : s.bias ? s.bias->f32() : nullptr;
@@ -438,6 +438,11 @@ FERRY_VEC_INLINE void lstm_input_part(__m512 (&acc)[NP][2], const StepArgs& s, u
     acc[i][0] = init ? _mm512_loadu_ps(init + col) : _mm512_setzero_ps();
     acc[i][1] = init ? _mm512_loadu_ps(init + col + 16) : _mm512_setzero_ps();
   }
+}
+
+template <int NP>
+FERRY_VEC_INLINE void lstm_input_part(__m512 (&acc)[NP][2], const StepArgs& s, uint32_t p) {
+  lstm_input_part_init<NP>(acc, s, p);
   if (!s.pre && s.w_ih) accumulate_lstm<NP>(acc, *s.w_ih, s.x, p);
 }
 
@@ -450,29 +455,128 @@ FERRY_VEC_INLINE void lstm_finish_acc(const __m512 (&acc)[NP][2], const StepArgs
   }
 }
 
-template <int NP>
-void lstm_step_panels_x4(const StepArgs& s, uint32_t p) {
-  __m512 acc[NP][2];
-  lstm_input_part<NP>(acc, s, p);
-  accumulate_lstm<NP>(acc, *s.w_hh, s.h, p);
-  lstm_finish_acc<NP>(acc, s, p);
+// ------------------------------------- pipelined step, 16-lane update --
+//
+// The AVX2 code's pipelined step (kernels.inl: lstm_step_pipelined) on zmm:
+// a panel pair's 4 chains ([i f] and [g o] of each panel, init, W_ih x,
+// W_hh h, two k a pass), and its update, on 16 lanes (the pair's gates
+// shuffled together: [i_p i_p+1] and so on, units p*8 .. p*8+15 of c and
+// h), run in six pieces over the next pair's products: the four gate
+// activations, c', h'. Per k, one 64-byte load per cache line of weights
+// instead of two 32-byte ones, and half the update's operations. The
+// lanes, the chains and the operations are the AVX2 code's: the same bits.
+constexpr int kWidePieces = 6;
+
+struct WidePending {
+  wide::Vec a[4];  // [i i], [f f], [g g], [o o]: pre-activations, then activations
+  wide::Vec c1;
+  uint32_t p;  // the pair's first panel
+  int next;    // the next piece; kWidePieces: none left
+};
+
+// Units p*8 .. of a pair: 16, or fewer in a last pair (masked: lanes past
+// the layer read as 0 and are not written).
+FERRY_VEC_INLINE __mmask16 pair_mask(uint32_t p, uint32_t hidden) {
+  const uint32_t left = hidden - p * 8;
+  return left >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << left) - 1);
 }
 
-// Four panels at a time (8 chains); the rest on the AVX2 code. Below 16
-// panels (H < 128) the whole step is the AVX2 code's, 2 panels and 2 k per
-// pass: on Zen 4 (which runs a zmm FMA as two ymm halves) it is the faster
-// one there. ferry_bench_kernels --benchmark_filter=LstmStepPerSet
-// --benchmark_enable_random_interleaving=true, medians of 8, AVX2 against
-// this loop: H 32 274 / 311 ns, H 64 1,342 / 1,465, H 96 2,913 / 3,044;
-// H 128 5,383 / 5,401; H 256 24.6 / 23.9 us. The bits are the same.
-void lstm_step_1x32(const StepArgs& s, uint32_t p0, uint32_t p1) {
-  if (layout::panels_of(s.hidden) < 16) {
-    avx2::lstm_step(s, p0, p1);
-    return;
+FERRY_VEC_INLINE void wide_piece(WidePending& q, const StepArgs& s) {
+  const int piece = q.next++;
+  const __mmask16 mask = pair_mask(q.p, s.hidden);
+  if (piece < 4) {
+    q.a[piece] = piece == 2 ? wide::vtanh(q.a[piece]) : wide::vsigmoid(q.a[piece]);
+  } else if (piece == 4) {  // lstm_cell: f c + i g
+    float* c = s.c + size_t{q.p} * 8;
+    q.c1 = wide::vfma(q.a[1], {_mm512_maskz_loadu_ps(mask, c)}, wide::vmul(q.a[0], q.a[2]));
+    _mm512_mask_storeu_ps(c, mask, q.c1.v);
+  } else {  // lstm_hidden: o tanh(c')
+    _mm512_mask_storeu_ps(s.h_new + size_t{q.p} * 8, mask, wide::vmul(q.a[3], wide::vtanh(q.c1)).v);
   }
+}
+
+// acc[i][0..1] += x[k] * (panel p+i's row k), k ascending, two k a pass,
+// between() after every `every` passes.
+template <typename Between>
+FERRY_VEC_INLINE void accumulate_pair(__m512 (&acc)[2][2], const Weight& weight, const float* x, uint32_t p,
+                                      Between&& between, uint32_t every, uint32_t& left) {
+  const uint32_t kk = weight.cols;
+  const size_t panel = layout::panel8_panel_elements(4, kk);
+  const float* w0 = weight.f32() + size_t{p} * panel;
+  const float* w1 = w0 + panel;
+  const float* xk = x;
+  const float* const pairs_end = x + (kk & ~1u);
+  for (; xk != pairs_end; xk += 2) {
+    const __m512 x0 = _mm512_set1_ps(xk[0]), x1 = _mm512_set1_ps(xk[1]);
+    acc[0][0] = _mm512_fmadd_ps(x0, _mm512_loadu_ps(w0), acc[0][0]);
+    acc[0][1] = _mm512_fmadd_ps(x0, _mm512_loadu_ps(w0 + 16), acc[0][1]);
+    acc[1][0] = _mm512_fmadd_ps(x0, _mm512_loadu_ps(w1), acc[1][0]);
+    acc[1][1] = _mm512_fmadd_ps(x0, _mm512_loadu_ps(w1 + 16), acc[1][1]);
+    acc[0][0] = _mm512_fmadd_ps(x1, _mm512_loadu_ps(w0 + 32), acc[0][0]);
+    acc[0][1] = _mm512_fmadd_ps(x1, _mm512_loadu_ps(w0 + 48), acc[0][1]);
+    acc[1][0] = _mm512_fmadd_ps(x1, _mm512_loadu_ps(w1 + 32), acc[1][0]);
+    acc[1][1] = _mm512_fmadd_ps(x1, _mm512_loadu_ps(w1 + 48), acc[1][1]);
+    w0 += 64;
+    w1 += 64;
+    if (--left == 0) {
+      left = every;
+      between();
+    }
+  }
+  if (kk & 1) {
+    const __m512 xl = _mm512_set1_ps(*xk);
+    acc[0][0] = _mm512_fmadd_ps(xl, _mm512_loadu_ps(w0), acc[0][0]);
+    acc[0][1] = _mm512_fmadd_ps(xl, _mm512_loadu_ps(w0 + 16), acc[0][1]);
+    acc[1][0] = _mm512_fmadd_ps(xl, _mm512_loadu_ps(w1), acc[1][0]);
+    acc[1][1] = _mm512_fmadd_ps(xl, _mm512_loadu_ps(w1 + 16), acc[1][1]);
+  }
+}
+
+// Panel pairs from p0 while two fit; returns the first panel not done.
+uint32_t lstm_step_pipelined_wide(const StepArgs& s, uint32_t p0, uint32_t p1) {
+  WidePending q{};
+  q.next = kWidePieces;
+  const auto piece = [&q, &s] {
+    if (q.next < kWidePieces) wide_piece(q, s);
+  };
+  const bool input = !s.pre && s.w_ih;
+  const uint32_t pairs = ((input ? s.w_ih->cols : 0) + s.w_hh->cols) / 2;  // of k, over both products
+  const uint32_t every = pairs / kWidePieces > 0 ? pairs / kWidePieces : 1;
   uint32_t p = p0;
-  for (; p + 4 <= p1; p += 4) lstm_step_panels_x4<4>(s, p);
-  if (p < p1) avx2::lstm_step(s, p, p1);
+  for (; p + 2 <= p1; p += 2) {
+    __m512 acc[2][2];
+    lstm_input_part_init<2>(acc, s, p);
+    uint32_t left = every;
+    if (input) accumulate_pair(acc, *s.w_ih, s.x, p, piece, every, left);
+    accumulate_pair(acc, *s.w_hh, s.h, p, piece, every, left);
+    while (q.next < kWidePieces) wide_piece(q, s);  // k too short for all six
+    q.a[0] = {_mm512_shuffle_f32x4(acc[0][0], acc[1][0], 0x44)};  // [i_p i_p+1]
+    q.a[1] = {_mm512_shuffle_f32x4(acc[0][0], acc[1][0], 0xEE)};  // [f_p f_p+1]
+    q.a[2] = {_mm512_shuffle_f32x4(acc[0][1], acc[1][1], 0x44)};  // [g_p g_p+1]
+    q.a[3] = {_mm512_shuffle_f32x4(acc[0][1], acc[1][1], 0xEE)};  // [o_p o_p+1]
+    q.p = p;
+    q.next = 0;
+  }
+  while (q.next < kWidePieces) wide_piece(q, s);
+  return p;
+}
+
+// From 2 panels (H 16), the pipelined step above; a lone panel (H <= 8) and
+// a last odd one, the AVX2 code (kernels.inl: lstm_step). On this
+// session's Intel Xeon (two 512-bit FMA pipes), ferry_peer_bench W1, 3
+// alternations, against the AVX2 code below 16 panels and 4-panel zmm
+// groups (8 chains, the update after their products) from 16: H 16
+// 71.1-73.0 against 76.4-78.1 ns, H 64 834-856 against 1,038-1,046, H 256
+// 17.7-19.1 against 19.2-20.3 us, H 1024 1,088-1,096 against 1,107-1,124
+// us; H 32 180 against 225 ns (BM_LstmStepPerSet). Not measured on Zen 4,
+// which runs a zmm operation as two ymm halves (where the AVX2 code had
+// beaten the unpipelined 4-panel groups below H 128: H 64 1,342 against
+// 1,465 ns; this step is that code's own pipeline on zmm).
+constexpr uint32_t kWideMinPanels = 2;
+
+void lstm_step_1x32(const StepArgs& s, uint32_t p0, uint32_t p1) {
+  const uint32_t p = layout::panels_of(s.hidden) >= kWideMinPanels ? lstm_step_pipelined_wide(s, p0, p1) : p0;
+  avx2::lstm_step(s, p, p1);
 }
 
 // ------------------------------------------ steps with a projection share --
