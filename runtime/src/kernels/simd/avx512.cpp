@@ -446,15 +446,6 @@ FERRY_VEC_INLINE void lstm_input_part(__m512 (&acc)[NP][2], const StepArgs& s, u
   if (!s.pre && s.w_ih) accumulate_lstm<NP>(acc, *s.w_ih, s.x, p);
 }
 
-// The update of panels p .. p+NP-1 from their complete gates.
-template <int NP>
-FERRY_VEC_INLINE void lstm_finish_acc(const __m512 (&acc)[NP][2], const StepArgs& s, uint32_t p) {
-#pragma GCC unroll 8
-  for (int i = 0; i < NP; ++i) {
-    lstm_finish(lo(acc[i][0]), hi(acc[i][0]), lo(acc[i][1]), hi(acc[i][1]), s.c, s.h_new, p + i, s.hidden);
-  }
-}
-
 // ------------------------------------- pipelined step, 16-lane update --
 //
 // The AVX2 code's pipelined step (kernels.inl: lstm_step_pipelined) on zmm:
@@ -532,6 +523,31 @@ FERRY_VEC_INLINE void accumulate_pair(__m512 (&acc)[2][2], const Weight& weight,
   }
 }
 
+// The pair's pending update from its chains.
+FERRY_VEC_INLINE void wide_pending(WidePending& q, const __m512 (&acc0)[2], const __m512 (&acc1)[2], uint32_t p) {
+  q.a[0] = {_mm512_shuffle_f32x4(acc0[0], acc1[0], 0x44)};  // [i_p i_p+1]
+  q.a[1] = {_mm512_shuffle_f32x4(acc0[0], acc1[0], 0xEE)};  // [f_p f_p+1]
+  q.a[2] = {_mm512_shuffle_f32x4(acc0[1], acc1[1], 0x44)};  // [g_p g_p+1]
+  q.a[3] = {_mm512_shuffle_f32x4(acc0[1], acc1[1], 0xEE)};  // [o_p o_p+1]
+  q.p = p;
+  q.next = 0;
+}
+
+// The update of panels p .. p+NP-1 (NP even) from their complete gates,
+// pair by pair on 16 lanes, stage by stage over the pairs.
+template <int NP>
+FERRY_VEC_INLINE void lstm_finish_acc(const __m512 (&acc)[NP][2], const StepArgs& s, uint32_t p) {
+  static_assert(NP % 2 == 0, "panel pairs");
+  WidePending q[NP / 2];
+#pragma GCC unroll 4
+  for (int j = 0; j < NP / 2; ++j) wide_pending(q[j], acc[2 * j], acc[2 * j + 1], p + 2 * static_cast<uint32_t>(j));
+#pragma GCC unroll 6
+  for (int piece = 0; piece < kWidePieces; ++piece) {
+#pragma GCC unroll 4
+    for (int j = 0; j < NP / 2; ++j) wide_piece(q[j], s);
+  }
+}
+
 // Panel pairs from p0 while two fit; returns the first panel not done.
 uint32_t lstm_step_pipelined_wide(const StepArgs& s, uint32_t p0, uint32_t p1) {
   WidePending q{};
@@ -550,12 +566,7 @@ uint32_t lstm_step_pipelined_wide(const StepArgs& s, uint32_t p0, uint32_t p1) {
     if (input) accumulate_pair(acc, *s.w_ih, s.x, p, piece, every, left);
     accumulate_pair(acc, *s.w_hh, s.h, p, piece, every, left);
     while (q.next < kWidePieces) wide_piece(q, s);  // k too short for all six
-    q.a[0] = {_mm512_shuffle_f32x4(acc[0][0], acc[1][0], 0x44)};  // [i_p i_p+1]
-    q.a[1] = {_mm512_shuffle_f32x4(acc[0][0], acc[1][0], 0xEE)};  // [f_p f_p+1]
-    q.a[2] = {_mm512_shuffle_f32x4(acc[0][1], acc[1][1], 0x44)};  // [g_p g_p+1]
-    q.a[3] = {_mm512_shuffle_f32x4(acc[0][1], acc[1][1], 0xEE)};  // [o_p o_p+1]
-    q.p = p;
-    q.next = 0;
+    wide_pending(q, acc[0], acc[1], p);
   }
   while (q.next < kWidePieces) wide_piece(q, s);
   return p;
