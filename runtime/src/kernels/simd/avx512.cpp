@@ -586,7 +586,8 @@ uint32_t lstm_step_pipelined_wide(const StepArgs& s, uint32_t p0, uint32_t p1) {
 constexpr uint32_t kWideMinPanels = 2;
 
 void lstm_step_1x32(const StepArgs& s, uint32_t p0, uint32_t p1) {
-  const uint32_t p = layout::panels_of(s.hidden) >= kWideMinPanels ? lstm_step_pipelined_wide(s, p0, p1) : p0;
+  const uint32_t p =
+      layout::panels_of(s.hidden) >= kWideMinPanels && p1 - p0 >= 2 ? lstm_step_pipelined_wide(s, p0, p1) : p0;
   avx2::lstm_step(s, p, p1);
 }
 
