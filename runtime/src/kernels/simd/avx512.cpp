@@ -270,10 +270,12 @@ FERRY_VEC_INLINE Vec hi(__m512 v) {
 }
 
 // The update of rows m .. m+N-1 of a tile, panel i of it (p + i), from the
-// accumulators, stage by stage over the N rows (lstm_finish_n): on Zen 4
-// the W3 step takes 401-405 us with 4 rows staged against 413-419 one row at
-// a time (BM_W3FusedStep, alternating runs; 8 rows: no faster than 4). A
-// group holding a row that has ended goes row by row, skipping it.
+// accumulators, stage by stage over the N rows (lstm_finish_n), on 8-lane
+// halves. The batched step now calls it one row at a time (N = 1): for a
+// last odd row, and where finish_row_pairs (below, two rows a zmm) cannot
+// run. (On Zen 4, 4 rows staged took W3's step 401-405 us against 413-419
+// one row at a time.) A group holding a row that has ended goes row by row,
+// skipping it.
 template <int N, int MR, int NZ>
 FERRY_VEC_INLINE void finish_rows(const BatchStepArgs& s, const __m512 (&acc)[MR][NZ], size_t m0, int m, int i,
                                   uint32_t p) {
