@@ -325,6 +325,16 @@ FERRY_VEC_INLINE void finish_rows(const BatchStepArgs& s, const __m512 (&acc)[MR
 // halves. On a core with two 512-bit FMA pipes (Intel), half the update's
 // operations. Rows that have ended, and a last panel of fewer than 8
 // units, go row by row.
+// Two 8-lane vectors' gates, from their [i f] and [g o] chains, as
+// [i0 i1], [f0 f1], [g0 g1], [o0 o1]: the 16-lane updates' inputs (rows m
+// and m+1 of the batched step, panels p and p+1 of the one-sample step).
+FERRY_VEC_INLINE void pair_gates(wide::Vec (&a)[4], __m512 if0, __m512 go0, __m512 if1, __m512 go1) {
+  a[0] = {_mm512_shuffle_f32x4(if0, if1, 0x44)};
+  a[1] = {_mm512_shuffle_f32x4(if0, if1, 0xEE)};
+  a[2] = {_mm512_shuffle_f32x4(go0, go1, 0x44)};
+  a[3] = {_mm512_shuffle_f32x4(go0, go1, 0xEE)};
+}
+
 template <int NPAIR, int MR, int NZ>
 FERRY_VEC_INLINE void finish_row_pairs(const BatchStepArgs& s, const __m512 (&acc)[MR][NZ], size_t m0, int m, int i,
                                        uint32_t p) {
@@ -347,12 +357,8 @@ FERRY_VEC_INLINE void finish_row_pairs(const BatchStepArgs& s, const __m512 (&ac
   }
 #pragma GCC unroll 4
   for (int j = 0; j < NPAIR; ++j) {
-    const __m512 if0 = acc[m + 2 * j][2 * i], go0 = acc[m + 2 * j][2 * i + 1];
-    const __m512 if1 = acc[m + 2 * j + 1][2 * i], go1 = acc[m + 2 * j + 1][2 * i + 1];
-    a[j][0] = {_mm512_shuffle_f32x4(if0, if1, 0x44)};  // [i_m i_m+1]
-    a[j][1] = {_mm512_shuffle_f32x4(if0, if1, 0xEE)};  // [f_m f_m+1]
-    a[j][2] = {_mm512_shuffle_f32x4(go0, go1, 0x44)};  // [g_m g_m+1]
-    a[j][3] = {_mm512_shuffle_f32x4(go0, go1, 0xEE)};  // [o_m o_m+1]
+    pair_gates(a[j], acc[m + 2 * j][2 * i], acc[m + 2 * j][2 * i + 1], acc[m + 2 * j + 1][2 * i],
+               acc[m + 2 * j + 1][2 * i + 1]);
   }
 #pragma GCC unroll 4
   for (int j = 0; j < NPAIR; ++j) {
@@ -527,10 +533,7 @@ FERRY_VEC_INLINE void accumulate_pair(__m512 (&acc)[2][2], const Weight& weight,
 
 // The pair's pending update from its chains.
 FERRY_VEC_INLINE void wide_pending(WidePending& q, const __m512 (&acc0)[2], const __m512 (&acc1)[2], uint32_t p) {
-  q.a[0] = {_mm512_shuffle_f32x4(acc0[0], acc1[0], 0x44)};  // [i_p i_p+1]
-  q.a[1] = {_mm512_shuffle_f32x4(acc0[0], acc1[0], 0xEE)};  // [f_p f_p+1]
-  q.a[2] = {_mm512_shuffle_f32x4(acc0[1], acc1[1], 0x44)};  // [g_p g_p+1]
-  q.a[3] = {_mm512_shuffle_f32x4(acc0[1], acc1[1], 0xEE)};  // [o_p o_p+1]
+  pair_gates(q.a, acc0[0], acc0[1], acc1[0], acc1[1]);
   q.p = p;
   q.next = 0;
 }
@@ -574,8 +577,9 @@ uint32_t lstm_step_pipelined_wide(const StepArgs& s, uint32_t p0, uint32_t p1) {
   return p;
 }
 
-// From 2 panels (H 16), the pipelined step above; a lone panel (H <= 8) and
-// a last odd one, the AVX2 code (kernels.inl: lstm_step). On this
+// Ranges of 2 panels or more (H >= 16), the pipelined step above; a lone
+// panel (H <= 8, or a thread's share of one) and a last odd one, the AVX2
+// code (kernels.inl: lstm_step). On this
 // session's Intel Xeon (two 512-bit FMA pipes), ferry_peer_bench W1, 3
 // alternations, against the AVX2 code below 16 panels and 4-panel zmm
 // groups (8 chains, the update after their products) from 16: H 16
@@ -585,11 +589,9 @@ uint32_t lstm_step_pipelined_wide(const StepArgs& s, uint32_t p0, uint32_t p1) {
 // which runs a zmm operation as two ymm halves (where the AVX2 code had
 // beaten the unpipelined 4-panel groups below H 128: H 64 1,342 against
 // 1,465 ns; this step is that code's own pipeline on zmm).
-constexpr uint32_t kWideMinPanels = 2;
 
 void lstm_step_1x32(const StepArgs& s, uint32_t p0, uint32_t p1) {
-  const uint32_t p =
-      layout::panels_of(s.hidden) >= kWideMinPanels && p1 - p0 >= 2 ? lstm_step_pipelined_wide(s, p0, p1) : p0;
+  const uint32_t p = p1 - p0 >= 2 ? lstm_step_pipelined_wide(s, p0, p1) : p0;
   avx2::lstm_step(s, p, p1);
 }
 
