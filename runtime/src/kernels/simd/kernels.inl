@@ -310,7 +310,9 @@ FERRY_VEC_INLINE void lstm_piece(LstmPending& q, const StepArgs& s) {
 
 // Panel pairs from p0 while two fit; returns the first panel not done.
 __attribute__((noinline)) static uint32_t lstm_step_pipelined(const StepArgs& s, uint32_t p0, uint32_t p1) {
-  LstmPending q{};  // (zeros: quiets GCC's maybe-uninitialized; no piece runs before a pair fills it)
+  LstmPending q;  // not zeroed whole (a rep stos a call); no piece runs before a pair fills it
+  q.c1[0] = q.c1[1] = vzero();  // (these two quiet GCC's maybe-uninitialized)
+  q.p = 0;
   q.next = kLstmPieces;
   const auto piece = [&q, &s] {
     if (q.next < kLstmPieces) lstm_piece(q, s);
