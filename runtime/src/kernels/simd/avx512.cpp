@@ -572,9 +572,12 @@ uint32_t lstm_step_pipelined_wide(const StepArgs& s, uint32_t p0, uint32_t p1) {
     if (input) accumulate_pair(acc, *s.w_ih, s.x, p, piece, every, left);
     accumulate_pair(acc, *s.w_hh, s.h, p, piece, every, left);
     while (q.next < kWidePieces) wide_piece(q, s);  // k too short for all six
+    if (p + 4 > p1) {  // the last pair: nothing left to overlap, its update straight on the registers
+      lstm_finish_acc<2>(acc, s, p);
+      return p + 2;
+    }
     wide_pending(q, acc[0], acc[1], p);
   }
-  while (q.next < kWidePieces) wide_piece(q, s);
   return p;
 }
 
