@@ -319,7 +319,7 @@ void BM_W4H64StepKernel(benchmark::State& state) { small_step(state, 3, 64); }
 // the set (0 = the narrowest ISA), range(1) is H. Where AVX-512 runs, this
 // is what decides below which H its set takes the AVX2 step (avx512.cpp:
 // lstm_step_1x32); run it with --benchmark_enable_random_interleaving=true.
-void BM_LstmStepPerSet(benchmark::State& state) {
+void step_per_set(benchmark::State& state, uint32_t G) {
   const KernelSet* sets[8];
   const size_t n = kernels::runnable_simd_kernel_sets(DType::kF32, sets, 8);
   const size_t i = static_cast<size_t>(state.range(0));
@@ -327,8 +327,11 @@ void BM_LstmStepPerSet(benchmark::State& state) {
     state.SkipWithError("fewer SIMD kernel sets run here");
     return;
   }
-  small_step(state, 4, static_cast<uint32_t>(state.range(1)), sets[i]);
+  small_step(state, G, static_cast<uint32_t>(state.range(1)), sets[i]);
 }
+void BM_LstmStepPerSet(benchmark::State& state) { step_per_set(state, 4); }
+// The same for the GRU step (W4).
+void BM_GruStepPerSet(benchmark::State& state) { step_per_set(state, 3); }
 
 // Seconds of one W2::read() (median of 9, thread CPU time: the clock
 // Google Benchmark's rate counters divide by): the W_hh reads of one chunk
@@ -436,6 +439,10 @@ BENCHMARK(BM_W1H64StepKernel)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_W4H64StepKernel)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_LstmStepPerSet)
     ->ArgsProduct({{0, 1}, {32, 64, 96, 128, 256}})
+    ->ArgNames({"set", "H"})
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_GruStepPerSet)
+    ->ArgsProduct({{0, 1}, {16, 32, 64, 128, 256}})
     ->ArgNames({"set", "H"})
     ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_W2Read)->Unit(benchmark::kMicrosecond);

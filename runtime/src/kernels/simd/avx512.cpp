@@ -2,10 +2,11 @@
 // projections of a chunk of steps, recurrent products of a batch) and the
 // fused single-sample LSTM step (bound by how fast weights come from L2: one
 // 64-byte load per cache line instead of two 32-byte ones; its update, and
-// the batched step's, on 16 lanes). The GRU step stays AVX2 (its 96-byte
-// panel rows split every other 64-byte load across two lines: measured
-// slower on Zen 4), and so do the other updates, element-wise ops and RNN
-// steps. Compiled alone with -mavx512f; entered only through
+// the batched step's, on 16 lanes), and the fused single-sample GRU step
+// ([r z] a zmm chain; its 96-byte panel rows read two at a time as three
+// aligned zmm; the update on 16 lanes). The other updates, element-wise
+// ops and RNN steps stay AVX2, and so does the GRU step inside step_project
+// (its chains share the loop with a projection tile's). Compiled alone with -mavx512f; entered only through
 // f32_avx512_kernel_set() after CPU detection (kernels/registry.cpp).
 //
 // One zmm holds two adjacent Panel8 vectors: gates g and g+1 of one panel are
@@ -599,6 +600,135 @@ void lstm_step_1x32(const StepArgs& s, uint32_t p0, uint32_t p1) {
   avx2::lstm_step(s, p, p1);
 }
 
+// ---------------------------------------------- GRU step, [r z] a zmm --
+//
+// The GRU's panel row is r, z, n (24 floats a k). Here a panel's [r z] is
+// one zmm chain and its n a ymm chain, so that per k a panel takes 2 FMAs
+// instead of the AVX2 code's 3. The chains are the AVX2 code's (kernels.inl:
+// gru_step_panels): r and z from the input part through W_ih x and W_hh h,
+// n's input part and its recurrent part (from b_hn) apart, k ascending.
+// The update of a panel pair runs on 16 lanes: the sigmoid on each panel's
+// [r z] as it lies, then [r r'], [z z'], [n_x n_x'], [n_h n_h'] shuffled
+// together for tanh and h'; every lane the AVX2 code's operations, so the
+// same bits.
+//
+// Two rows of a panel (k even, k + 1) are 192 bytes: three aligned zmm
+// [r z], [n r'], [z' n'] where the panel starts on a cache line (even K:
+// every panel of a 64-byte-aligned matrix). Read so, with [r' z'] put
+// together by one valignd, the weights stream from L2 in whole-line loads;
+// read as rows ([r z] of every odd k straddling two lines), the split loads
+// cost about a quarter of the stream's rate (a 96 KiB GRU(64) step's
+// loads and FMAs alone, alternating direction, on this session's Intel
+// Xeon: 731-845 ns against 979-1,033). Odd K takes the row loads.
+FERRY_VEC_INLINE __m512 join(__m256 lo, __m256 hi) {
+  return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(lo)), _mm256_castps_pd(hi), 1));
+}
+
+// [r' z'] of the odd row from the pair's second and third zmm.
+FERRY_VEC_INLINE __m512 rows_odd_rz(__m512 b, __m512 c) {
+  return _mm512_castsi512_ps(_mm512_alignr_epi32(_mm512_castps_si512(c), _mm512_castps_si512(b), 8));
+}
+
+// rz[i] += x[k] * [r z] and n[i] += x[k] * n of panel p+i's row k, k
+// ascending, two k a pass.
+template <int NP>
+FERRY_VEC_INLINE void gru_accumulate_wide(__m512 (&rz)[NP], __m256 (&n)[NP], const Weight& weight, const float* x,
+                                          uint32_t p) {
+  const uint32_t kk = weight.cols;
+  const size_t panel = layout::panel8_panel_elements(3, kk);
+  const float* wi[NP];
+#pragma GCC unroll 4
+  for (int i = 0; i < NP; ++i) wi[i] = weight.f32() + (p + i) * panel;
+  const float* xk = x;
+  const float* const pairs_end = x + (kk & ~1u);
+  if ((kk & 1) == 0 && (reinterpret_cast<uintptr_t>(wi[0]) & 63) == 0) {
+    for (; xk != pairs_end; xk += 2) {
+      const __m512 x0 = _mm512_set1_ps(xk[0]), x1 = _mm512_set1_ps(xk[1]);
+#pragma GCC unroll 4
+      for (int i = 0; i < NP; ++i) {
+        const __m512 a = _mm512_load_ps(wi[i]), b = _mm512_load_ps(wi[i] + 16), c = _mm512_load_ps(wi[i] + 32);
+        rz[i] = _mm512_fmadd_ps(x0, a, rz[i]);
+        n[i] = _mm256_fmadd_ps(_mm512_castps512_ps256(x0), _mm512_castps512_ps256(b), n[i]);
+        rz[i] = _mm512_fmadd_ps(x1, rows_odd_rz(b, c), rz[i]);
+        n[i] = _mm256_fmadd_ps(_mm512_castps512_ps256(x1), _mm256_load_ps(wi[i] + 40), n[i]);
+        wi[i] += 48;
+      }
+    }
+    return;
+  }
+  for (; xk != pairs_end; xk += 2) {
+    const __m512 x0 = _mm512_set1_ps(xk[0]), x1 = _mm512_set1_ps(xk[1]);
+#pragma GCC unroll 4
+    for (int i = 0; i < NP; ++i) {
+      rz[i] = _mm512_fmadd_ps(x0, _mm512_loadu_ps(wi[i]), rz[i]);
+      n[i] = _mm256_fmadd_ps(_mm512_castps512_ps256(x0), _mm256_loadu_ps(wi[i] + 16), n[i]);
+    }
+#pragma GCC unroll 4
+    for (int i = 0; i < NP; ++i) {
+      rz[i] = _mm512_fmadd_ps(x1, _mm512_loadu_ps(wi[i] + 24), rz[i]);
+      n[i] = _mm256_fmadd_ps(_mm512_castps512_ps256(x1), _mm256_loadu_ps(wi[i] + 40), n[i]);
+      wi[i] += 48;
+    }
+  }
+  if (kk & 1) {
+    const __m512 xl = _mm512_set1_ps(*xk);
+#pragma GCC unroll 4
+    for (int i = 0; i < NP; ++i) {
+      rz[i] = _mm512_fmadd_ps(xl, _mm512_loadu_ps(wi[i]), rz[i]);
+      n[i] = _mm256_fmadd_ps(_mm512_castps512_ps256(xl), _mm256_loadu_ps(wi[i] + 16), n[i]);
+    }
+  }
+}
+
+// Panels p .. p+NP-1 (NP even) of the step: products, then the update pair
+// by pair, stage by stage over the pairs.
+template <int NP>
+FERRY_VEC_INLINE void gru_step_wide_panels(const StepArgs& s, uint32_t p) {
+  static_assert(NP % 2 == 0, "panel pairs");
+  __m512 rz[NP];
+  __m256 nx[NP], nh[NP];
+  const float* init = s.pre ? s.pre : s.bias ? s.bias->f32() : nullptr;
+#pragma GCC unroll 4
+  for (int i = 0; i < NP; ++i) {
+    const size_t col = (size_t{p} + i) * 24;
+    rz[i] = init ? _mm512_loadu_ps(init + col) : _mm512_setzero_ps();
+    nx[i] = init ? _mm256_loadu_ps(init + col + 16) : _mm256_setzero_ps();
+  }
+  if (!s.pre && s.w_ih) gru_accumulate_wide<NP>(rz, nx, *s.w_ih, s.x, p);
+#pragma GCC unroll 4
+  for (int i = 0; i < NP; ++i) nh[i] = s.b_hn ? _mm256_loadu_ps(s.b_hn->f32() + (size_t{p} + i) * 8) : _mm256_setzero_ps();
+  gru_accumulate_wide<NP>(rz, nh, *s.w_hh, s.h, p);
+  constexpr int kPairs = NP / 2;
+  wide::Vec g[NP], r[kPairs], z[kPairs], n[kPairs];
+#pragma GCC unroll 4
+  for (int i = 0; i < NP; ++i) g[i] = wide::vsigmoid({rz[i]});
+#pragma GCC unroll 2
+  for (int j = 0; j < kPairs; ++j) {
+    r[j] = {_mm512_shuffle_f32x4(g[2 * j].v, g[2 * j + 1].v, 0x44)};
+    z[j] = {_mm512_shuffle_f32x4(g[2 * j].v, g[2 * j + 1].v, 0xEE)};
+    n[j] = wide::vtanh(wide::vfma(r[j], {join(nh[2 * j], nh[2 * j + 1])}, {join(nx[2 * j], nx[2 * j + 1])}));
+  }
+#pragma GCC unroll 2
+  for (int j = 0; j < kPairs; ++j) {
+    const uint32_t pj = p + 2 * static_cast<uint32_t>(j);
+    const __mmask16 mask = pair_mask(pj, s.hidden);
+    const wide::Vec h0 = {_mm512_maskz_loadu_ps(mask, s.h + size_t{pj} * 8)};
+    _mm512_mask_storeu_ps(s.h_new + size_t{pj} * 8, mask, wide::vfma(z[j], wide::vsub(h0, n[j]), n[j]).v);
+  }
+}
+
+// Groups of 4 panels (8 chains: 4 zmm, 4 ymm), then a pair; a last odd
+// panel on the AVX2 code.
+void gru_step_wide(const StepArgs& s, uint32_t p0, uint32_t p1) {
+  uint32_t p = p0;
+  for (; p + 4 <= p1; p += 4) gru_step_wide_panels<4>(s, p);
+  if (p + 2 <= p1) {
+    gru_step_wide_panels<2>(s, p);
+    p += 2;
+  }
+  avx2::gru_step(s, p, p1);
+}
+
 // ------------------------------------------ steps with a projection share --
 
 // The tiles of a projection share: rows in blocks of `block` (the last may
@@ -863,6 +993,8 @@ using namespace avx2;  // every entry this set does not replace
 #define FERRY_SET_GEMM gemm_panel8_8x32
 #define FERRY_SET_LSTM_STEP lstm_step_1x32
 #define FERRY_SET_LSTM_GROUP 4
+#define FERRY_SET_GRU_STEP gru_step_wide
+#define FERRY_SET_GRU_GROUP 4
 #define FERRY_SET_LSTM_BATCH_STEP lstm_batch_step_8x32
 #define FERRY_SET_LSTM_STEP_PROJECT lstm_step_project
 #define FERRY_SET_GRU_STEP_PROJECT gru_step_project

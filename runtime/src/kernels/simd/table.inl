@@ -20,6 +20,12 @@
 #ifndef FERRY_SET_LSTM_GROUP
 #define FERRY_SET_LSTM_GROUP 2
 #endif
+#ifndef FERRY_SET_GRU_STEP
+#define FERRY_SET_GRU_STEP gru_step
+#endif
+#ifndef FERRY_SET_GRU_GROUP
+#define FERRY_SET_GRU_GROUP 3
+#endif
 #ifndef FERRY_SET_LSTM_BATCH_STEP
 #define FERRY_SET_LSTM_BATCH_STEP nullptr
 #endif
@@ -35,7 +41,7 @@ const KernelSet f32_kernel_set = {
     FERRY_KERNEL_SET_NAME,
     DType::kF32,
     StepStrategy::kPanels,
-    {FERRY_SET_LSTM_GROUP, 3, 8},  // fused steps' panels: LSTM 2 x 4 gates, GRU 3 x 3, RNN 8 x 1 accumulators
+    {FERRY_SET_LSTM_GROUP, FERRY_SET_GRU_GROUP, 8},  // fused steps' panels: LSTM 2 x 4 gates, GRU 3 x 3, RNN 8 x 1 accumulators
     FERRY_SET_GEMM,
     tanh_inplace,
     sigmoid_inplace,
@@ -51,7 +57,7 @@ const KernelSet f32_kernel_set = {
     scale_shift_rows,
     ref::f32_layer_norm,  // one row at a time, sums in order: the reference kernel
     ref::f32_log_softmax,
-    {FERRY_SET_LSTM_STEP, gru_step, rnn_step},
+    {FERRY_SET_LSTM_STEP, FERRY_SET_GRU_STEP, rnn_step},
     {lstm_update, gru_update, rnn_update},
     {nullptr, nullptr, nullptr},
     nullptr,  // activation_bytes, quantize_rows: float activations
@@ -63,6 +69,8 @@ const KernelSet f32_kernel_set = {
 #undef FERRY_SET_GEMM
 #undef FERRY_SET_LSTM_STEP
 #undef FERRY_SET_LSTM_GROUP
+#undef FERRY_SET_GRU_STEP
+#undef FERRY_SET_GRU_GROUP
 #undef FERRY_SET_LSTM_BATCH_STEP
 #undef FERRY_SET_LSTM_STEP_PROJECT
 #undef FERRY_SET_GRU_STEP_PROJECT
