@@ -315,10 +315,11 @@ void BM_W4H16StepKernel(benchmark::State& state) { small_step(state, 3, 16); }
 void BM_W1H64StepKernel(benchmark::State& state) { small_step(state, 4, 64); }
 void BM_W4H64StepKernel(benchmark::State& state) { small_step(state, 3, 64); }
 
-// The LSTM step (I = H) of every SIMD set that runs here: range(0) picks
-// the set (0 = the narrowest ISA), range(1) is H. Where AVX-512 runs, this
-// is what decides below which H its set takes the AVX2 step (avx512.cpp:
-// lstm_step_1x32); run it with --benchmark_enable_random_interleaving=true.
+// The LSTM (G 4) or GRU (G 3) step (I = H) of every SIMD set that runs
+// here: range(0) picks the set (0 = the narrowest ISA), range(1) is H.
+// Where AVX-512 runs, this is what decides below which H its set takes the
+// AVX2 step (avx512.cpp: lstm_step_1x32, gru_step_wide); run it with
+// --benchmark_enable_random_interleaving=true.
 void step_per_set(benchmark::State& state, uint32_t G) {
   const KernelSet* sets[8];
   const size_t n = kernels::runnable_simd_kernel_sets(DType::kF32, sets, 8);
@@ -330,7 +331,6 @@ void step_per_set(benchmark::State& state, uint32_t G) {
   small_step(state, G, static_cast<uint32_t>(state.range(1)), sets[i]);
 }
 void BM_LstmStepPerSet(benchmark::State& state) { step_per_set(state, 4); }
-// The same for the GRU step (W4).
 void BM_GruStepPerSet(benchmark::State& state) { step_per_set(state, 3); }
 
 // Seconds of one W2::read() (median of 9, thread CPU time: the clock

@@ -162,7 +162,9 @@ void run_openblas_at_its_best(char** argv) {
   if (!corename) return;
   __builtin_cpu_init();
   if (!__builtin_cpu_supports("avx512f") || is_avx512_openblas_core(corename())) return;
-  std::fprintf(stderr, "ferry_bench_torch: OpenBLAS chose %s on an AVX-512 CPU: running again with OPENBLAS_CORETYPE=SkylakeX\n",
+  std::fprintf(stderr,
+               "ferry_bench_torch: OpenBLAS chose %s on an AVX-512 CPU: running again with "
+               "OPENBLAS_CORETYPE=SkylakeX\n",
                corename());
   setenv("OPENBLAS_CORETYPE", "SkylakeX", 1);
   execv("/proc/self/exe", argv);

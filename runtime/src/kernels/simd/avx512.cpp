@@ -6,8 +6,9 @@
 // ([r z] a zmm chain; its 96-byte panel rows read two at a time as three
 // aligned zmm; the update on 16 lanes). The other updates, element-wise
 // ops and RNN steps stay AVX2, and so does the GRU step inside step_project
-// (its chains share the loop with a projection tile's). Compiled alone with -mavx512f; entered only through
-// f32_avx512_kernel_set() after CPU detection (kernels/registry.cpp).
+// (its chains share the loop with a projection tile's). Compiled alone with
+// -mavx512f; entered only through f32_avx512_kernel_set() after CPU
+// detection (kernels/registry.cpp).
 //
 // One zmm holds two adjacent Panel8 vectors: gates g and g+1 of one panel are
 // contiguous in a panel row (and in a panel-order output row) when g is even
@@ -619,7 +620,7 @@ void lstm_step_1x32(const StepArgs& s, uint32_t p0, uint32_t p1) {
 // read as rows ([r z] of every odd k straddling two lines), the split loads
 // cost about a quarter of the stream's rate (a 96 KiB GRU(64) step's
 // loads and FMAs alone, alternating direction, on this session's Intel
-// Xeon: 731-845 ns against 979-1,033). Odd K takes the row loads.
+// Xeon: 731-845 ns against 975-1,053). Odd K takes the row loads.
 FERRY_VEC_INLINE __m512 join(__m256 lo, __m256 hi) {
   return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(lo)), _mm256_castps_pd(hi), 1));
 }
@@ -696,7 +697,8 @@ FERRY_VEC_INLINE void gru_step_wide_panels(const StepArgs& s, uint32_t p) {
   }
   if (!s.pre && s.w_ih) gru_accumulate_wide<NP>(rz, nx, *s.w_ih, s.x, p);
 #pragma GCC unroll 4
-  for (int i = 0; i < NP; ++i) nh[i] = s.b_hn ? _mm256_loadu_ps(s.b_hn->f32() + (size_t{p} + i) * 8) : _mm256_setzero_ps();
+  for (int i = 0; i < NP; ++i)
+    nh[i] = s.b_hn ? _mm256_loadu_ps(s.b_hn->f32() + (size_t{p} + i) * 8) : _mm256_setzero_ps();
   gru_accumulate_wide<NP>(rz, nh, *s.w_hh, s.h, p);
   constexpr int kPairs = NP / 2;
   wide::Vec g[NP], r[kPairs], z[kPairs], n[kPairs];

@@ -1,8 +1,9 @@
 // The f32 kernel set of the ISA whose namespace includes this file: one
 // definition for every ISA. The includer names the set
-// (FERRY_KERNEL_SET_NAME) and may replace the GEMM and the LSTM step with
-// wider ones (FERRY_SET_GEMM, FERRY_SET_LSTM_STEP and its panel group
-// FERRY_SET_LSTM_GROUP: avx512.cpp), and may add a fused batched LSTM step
+// (FERRY_KERNEL_SET_NAME) and may replace the GEMM and the LSTM and GRU
+// steps with wider ones (FERRY_SET_GEMM, FERRY_SET_LSTM_STEP and
+// FERRY_SET_GRU_STEP with their panel groups FERRY_SET_LSTM_GROUP and
+// FERRY_SET_GRU_GROUP: avx512.cpp), and may add a fused batched LSTM step
 // (FERRY_SET_LSTM_BATCH_STEP) and one-sample LSTM and GRU steps that
 // compute a share of the next chunk's input projection in their loop
 // (FERRY_SET_LSTM_STEP_PROJECT, FERRY_SET_GRU_STEP_PROJECT); every other
@@ -41,7 +42,8 @@ const KernelSet f32_kernel_set = {
     FERRY_KERNEL_SET_NAME,
     DType::kF32,
     StepStrategy::kPanels,
-    {FERRY_SET_LSTM_GROUP, FERRY_SET_GRU_GROUP, 8},  // fused steps' panels: LSTM 2 x 4 gates, GRU 3 x 3, RNN 8 x 1 accumulators
+    // fused steps' panels: LSTM 2 x 4 gates, GRU 3 x 3, RNN 8 x 1 accumulators (AVX-512: LSTM and GRU 4)
+    {FERRY_SET_LSTM_GROUP, FERRY_SET_GRU_GROUP, 8},
     FERRY_SET_GEMM,
     tanh_inplace,
     sigmoid_inplace,
