@@ -41,7 +41,7 @@
 #include <vector>
 
 #if defined(__x86_64__)
-#include <xmmintrin.h>
+#include <immintrin.h>
 #endif
 
 #include "fma_peak.h"
@@ -426,6 +426,98 @@ void BM_W2Run(benchmark::State& state) {
   state.SetLabel(w.set->name);
 }
 
+#if defined(__x86_64__)
+// What bounds the AVX-512 GRU step from L2 (avx512.cpp: gru_step_wide): its
+// loads and FMAs alone, over a GRU(H, H)'s two Panel8 matrices (96 H^2
+// bytes: 96 KiB at H 64), groups of 4 panels, the group order reversed
+// every other step as ferry_step does from 64 KiB, no update. range(0)
+// picks how a panel's two rows k, k+1 (192 bytes) are read:
+//   0 rows     [r z] as one zmm and n as a ymm, row by row: the [r z] of
+//              every odd k straddles two cache lines (the step's form for
+//              odd K)
+//   1 aligned  three aligned zmm [r z] [n r'] [z' n'], [r' z'] by one
+//              valignd, n' a ymm: the step's form for even K
+//   2 whole    three aligned zmm, one FMA each: no exact form (each gate's
+//              lanes move between the two rows), the loads' own bound
+// The FMAs' results are summed at the end only so that none is dropped.
+template <int Form>
+__attribute__((target("avx512f,fma"))) float gru_stream_model(const float* w_ih, const float* w_hh, uint32_t h,
+                                                          size_t steps) {
+  const uint32_t panels = h / 8;
+  const size_t panel = layout::panel8_panel_elements(3, h);
+  const __m512 x = _mm512_set1_ps(1e-3f);
+  __m512 rz[4], w3[4];
+  __m256 n[4];
+  for (int i = 0; i < 4; ++i) {
+    rz[i] = w3[i] = _mm512_setzero_ps();
+    n[i] = _mm256_setzero_ps();
+  }
+  for (size_t t = 0; t < steps; ++t) {
+    for (uint32_t g = 0; g < panels / 4; ++g) {
+      const uint32_t p = t % 2 ? panels - 4 * (g + 1) : 4 * g;
+      for (const float* w : {w_ih, w_hh}) {
+        const float* wi[4];
+        for (int i = 0; i < 4; ++i) wi[i] = w + (p + i) * panel;
+        for (uint32_t k = 0; k < h; k += 2) {
+#pragma GCC unroll 4
+          for (int i = 0; i < 4; ++i) {
+            if (Form == 0) {
+              rz[i] = _mm512_fmadd_ps(x, _mm512_loadu_ps(wi[i]), rz[i]);
+              n[i] = _mm256_fmadd_ps(_mm512_castps512_ps256(x), _mm256_loadu_ps(wi[i] + 16), n[i]);
+              rz[i] = _mm512_fmadd_ps(x, _mm512_loadu_ps(wi[i] + 24), rz[i]);
+              n[i] = _mm256_fmadd_ps(_mm512_castps512_ps256(x), _mm256_loadu_ps(wi[i] + 40), n[i]);
+            } else if (Form == 1) {
+              const __m512 b = _mm512_load_ps(wi[i] + 16), c = _mm512_load_ps(wi[i] + 32);
+              rz[i] = _mm512_fmadd_ps(x, _mm512_load_ps(wi[i]), rz[i]);
+              n[i] = _mm256_fmadd_ps(_mm512_castps512_ps256(x), _mm512_castps512_ps256(b), n[i]);
+              const __m512i odd = _mm512_alignr_epi32(_mm512_castps_si512(c), _mm512_castps_si512(b), 8);
+              rz[i] = _mm512_fmadd_ps(x, _mm512_castsi512_ps(odd), rz[i]);
+              n[i] = _mm256_fmadd_ps(_mm512_castps512_ps256(x), _mm256_load_ps(wi[i] + 40), n[i]);
+            } else {
+              rz[i] = _mm512_fmadd_ps(x, _mm512_load_ps(wi[i]), rz[i]);
+              w3[i] = _mm512_fmadd_ps(x, _mm512_load_ps(wi[i] + 16), w3[i]);
+              rz[i] = _mm512_fmadd_ps(x, _mm512_load_ps(wi[i] + 32), rz[i]);
+            }
+            wi[i] += 48;
+          }
+        }
+      }
+    }
+  }
+  float sum = 0;
+  for (int i = 0; i < 4; ++i) {
+    float t[16], u[8];
+    _mm512_storeu_ps(t, _mm512_add_ps(rz[i], w3[i]));
+    _mm256_storeu_ps(u, n[i]);
+    for (float v : t) sum += v;
+    for (float v : u) sum += v;
+  }
+  return sum;
+}
+
+void BM_GruStreamModel(benchmark::State& state) {
+  const int form = static_cast<int>(state.range(0));
+  const uint32_t h = static_cast<uint32_t>(state.range(1));
+  if (!__builtin_cpu_supports("avx512f")) {
+    state.SkipWithError("no AVX-512 here");
+    return;
+  }
+  std::mt19937 rng(17);
+  Panel8 w_ih(rng, h, h, 3, 0.25f), w_hh(rng, h, h, 3, 0.25f);
+  static volatile float sink;
+  constexpr size_t kSteps = 100;
+  for (auto _ : state) {
+    sink = form == 0   ? gru_stream_model<0>(w_ih.w.f32(), w_hh.w.f32(), h, kSteps)
+           : form == 1 ? gru_stream_model<1>(w_ih.w.f32(), w_hh.w.f32(), h, kSteps)
+                       : gru_stream_model<2>(w_ih.w.f32(), w_hh.w.f32(), h, kSteps);
+  }
+  state.counters["ns_per_step"] = benchmark::Counter(kSteps * 1e-9, benchmark::Counter::kIsIterationInvariantRate |
+                                                                         benchmark::Counter::kInvert);
+  static const char* const kForms[] = {"rows", "aligned", "whole"};
+  state.SetLabel(kForms[form]);
+}
+#endif
+
 }  // namespace
 
 BENCHMARK(BM_W3InputGemm)->Unit(benchmark::kMicrosecond);
@@ -445,6 +537,12 @@ BENCHMARK(BM_GruStepPerSet)
     ->ArgsProduct({{0, 1}, {16, 32, 64, 128, 256}})
     ->ArgNames({"set", "H"})
     ->Unit(benchmark::kMicrosecond);
+#if defined(__x86_64__)
+BENCHMARK(BM_GruStreamModel)
+    ->ArgsProduct({{0, 1, 2}, {64, 256}})
+    ->ArgNames({"form", "H"})
+    ->Unit(benchmark::kMicrosecond);
+#endif
 BENCHMARK(BM_W2Read)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_W2Steps)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_W2Proj1)->Unit(benchmark::kMicrosecond);

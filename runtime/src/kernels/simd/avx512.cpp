@@ -615,12 +615,15 @@ void lstm_step_1x32(const StepArgs& s, uint32_t p0, uint32_t p1) {
 //
 // Two rows of a panel (k even, k + 1) are 192 bytes: three aligned zmm
 // [r z], [n r'], [z' n'] where the panel starts on a cache line (even K:
-// every panel of a 64-byte-aligned matrix). Read so, with [r' z'] put
-// together by one valignd, the weights stream from L2 in whole-line loads;
-// read as rows ([r z] of every odd k straddling two lines), the split loads
-// cost about a quarter of the stream's rate (a 96 KiB GRU(64) step's
-// loads and FMAs alone, alternating direction, on this session's Intel
-// Xeon: 731-845 ns against 975-1,053). Odd K takes the row loads.
+// every panel of a 64-byte-aligned matrix), [r' z'] put together by one
+// valignd; odd K reads the rows as they lie ([r z] of every odd k
+// straddling two lines). Measured alone (ferry_bench_kernels
+// BM_GruStreamModel, the step's loads and FMAs, alternating direction, on
+// this session's Intel Xeon), the two tie: H 64 710-931 against 746-918
+// ns. What bounds both is the loop itself: 3 FMAs a pair of rows instead
+// of 4 ran 551-759 ns, but no exact form has that (each gate's lanes move
+// between the two rows, and with 512-bit operations in flight the n gate's
+// ymm FMAs take the same two ports as zmm ones).
 FERRY_VEC_INLINE __m512 join(__m256 lo, __m256 hi) {
   return _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(lo)), _mm256_castps_pd(hi), 1));
 }
