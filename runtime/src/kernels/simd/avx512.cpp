@@ -620,7 +620,11 @@ void lstm_step_1x32(const StepArgs& s, uint32_t p0, uint32_t p1) {
 // straddling two lines). Measured alone (ferry_bench_kernels
 // BM_GruStreamModel, the step's loads and FMAs, alternating direction, on
 // this session's Intel Xeon), the two tie: H 64 710-931 against 746-918
-// ns. What bounds both is the loop itself: 3 FMAs a pair of rows instead
+// ns; through ferry_step (ferry_peer_bench W4, 8 alternations, min / lower
+// quartile / median of the runs' trial minima) the aligned form is ahead:
+// H 64 946 / 961 / 968 against 982 / 1,000 / 1,048 ns, H 256 16.3 / 16.9 /
+// 16.9 against 16.8 / 17.3 / 17.4 us, H 16 a tie. What bounds both is the
+// loop itself: 3 FMAs a pair of rows instead
 // of 4 ran 551-759 ns, but no exact form has that (each gate's lanes move
 // between the two rows, and with 512-bit operations in flight the n gate's
 // ymm FMAs take the same two ports as zmm ones).
