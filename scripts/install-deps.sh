@@ -10,7 +10,7 @@ packages=(
   libflatbuffers-dev flatbuffers-compiler
   libxnnpack-dev libpthreadpool-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  nlohmann-json3-dev libssl-dev zlib1g-dev
+  nlohmann-json3-dev libssl-dev zlib1g-dev libcli11-dev
 )
 # Extra groups, asked for by name: FERRY_DEPS="fixtures bench cross".
 foreign_archs=()

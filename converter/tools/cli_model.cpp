@@ -4,7 +4,7 @@
 #include <cstring>
 #include <vector>
 
-#include "args.h"
+#include "cli.h"
 #include "error.h"
 
 namespace ferry::cli {
@@ -26,26 +26,18 @@ void check(ferry_status st, const std::string& what) {
 ferry_backend parse_backend(const std::string& name) {
   ferry_backend backend = FERRY_BACKEND_AUTO;
   if (ferry_backend_from_name(name.c_str(), &backend) == FERRY_OK) return backend;
-  // "auto, reference, simd, xnnpack or cuda": the runtime's names, in enum order.
-  std::vector<std::string> names;
-  for (int b = 0; std::strcmp(ferry_backend_name(static_cast<ferry_backend>(b)), "unknown") != 0; ++b)
-    names.push_back(ferry_backend_name(static_cast<ferry_backend>(b)));
   std::string expected;
-  for (size_t i = 0; i < names.size(); ++i) expected += (i == 0 ? "" : i + 1 == names.size() ? " or " : ", ") + names[i];
-  throw UsageError("--backend '" + name + "': expected " + expected);
+  for (const std::string& n : backend_names()) expected += (expected.empty() ? "" : ", ") + n;
+  throw UsageError("--backend '" + name + "': expected one of " + expected);
 }
 
-ThreadPool::ThreadPool(const std::optional<std::string>& text) {
-  if (!text) return;
-  char* end = nullptr;
-  const long n = std::strtol(text->c_str(), &end, 10);
-  if (text->empty() || *end != '\0' || n < 1 || n > 1024) {
-    throw UsageError("--threads '" + *text + "': expected a number of threads >= 1");
+ThreadPool::ThreadPool(size_t count) : threads(count) {
+  if (threads <= 1) {
+    threads = 1;
+    return;
   }
-  threads = static_cast<size_t>(n);
-  if (threads == 1) return;
   pool = ferry_threadpool_create(threads);
-  if (!pool) throw Error("--threads " + *text + ": this ferry was built without pthreadpool");
+  if (!pool) throw Error("--threads " + std::to_string(count) + ": this ferry was built without pthreadpool");
 }
 
 ThreadPool::~ThreadPool() { ferry_threadpool_destroy(pool); }

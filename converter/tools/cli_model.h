@@ -4,7 +4,6 @@
 #pragma once
 
 #include <cstddef>
-#include <optional>
 #include <string>
 
 #include "ferry/ferry.h"
@@ -33,7 +32,7 @@ ferry_backend parse_backend(const std::string& name);
 struct ThreadPool {
   void* pool = nullptr;
   size_t threads = 1;
-  explicit ThreadPool(const std::optional<std::string>& text);
+  explicit ThreadPool(size_t count);  // checked by the parser (cli.h positive_count)
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;

@@ -4,10 +4,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
-#include "args.h"
 #include "cli_model.h"
 #include "commands.h"
 #include "ferry/ferry_generated.h"
@@ -56,40 +56,36 @@ ModelCost model_cost(const ferry::fb::Model* m) {
   return c;
 }
 
-size_t parse_count(const Args& args, const std::string& flag, size_t fallback) {
-  const auto text = args.get(flag);
-  if (!text) return fallback;
-  char* end = nullptr;
-  const long v = std::strtol(text->c_str(), &end, 10);
-  if (text->empty() || *end != '\0' || v < 1 || v > (1L << 24)) {
-    throw UsageError(flag + " '" + *text + "': expected a positive integer");
-  }
-  return static_cast<size_t>(v);
-}
-
 }  // namespace
+
+namespace {
+
+struct BenchOptions {
+  std::string model, backend = "auto";
+  size_t batch = 1, seq = 64, threads = 1, repeat = 0;
+  bool stream = false, json = false;
+  CLI::Option* repeat_opt = nullptr;
+};
 
 // Times ferry_run (or, with --stream, ferry_step one time step at a time) on
 // seeded random input: repeated samples, median and spread, single-threaded
 // unless --threads. The side-by-side comparison with libtorch, and the
 // machine's ceilings, are tests/bench/ferry_bench_torch.
-int cmd_bench(int argc, char** argv) {
-  Args args(argc, argv, 2, {"--batch", "--seq", "--backend", "--threads", "--repeat"}, {"--stream", "--json"});
-  if (args.positional.size() != 1) throw UsageError("bench takes one MODEL.fb");
-  const std::string path = args.positional[0];
-  const bool stream = args.flags.count("--stream") != 0;
-  const bool json = args.flags.count("--json") != 0;
-  const size_t batch = parse_count(args, "--batch", 1);
-  ThreadPool pool(args.get("--threads"));
+int run_bench(const BenchOptions& o) {
+  const std::string& path = o.model;
+  const bool stream = o.stream;
+  const bool json = o.json;
+  const size_t batch = o.batch;
+  ThreadPool pool(o.threads);
   LoadedModel lm(path);
   ferry_model_info info{};
   info.struct_size = sizeof(info);
   check(ferry_model_get_info(lm.model, &info), "model info");
-  const size_t seq = info.has_time_axis ? parse_count(args, "--seq", 64) : 1;
+  const size_t seq = info.has_time_axis ? o.seq : 1;
   if (stream && !info.streamable) throw Error("'" + path + "': --stream: the model has a bidirectional layer");
   if (stream && !info.has_time_axis) throw UsageError("--stream needs a model with a time axis");
 
-  const ferry_backend backend = parse_backend(args.get("--backend").value_or("auto"));
+  const ferry_backend backend = parse_backend(o.backend);
   const CliSession cli_session(lm.model, batch, stream ? 1 : seq, backend, pool.pool);
   ferry_session* session = cli_session.session;
   const size_t arena_bytes = cli_session.arena_bytes;
@@ -121,8 +117,8 @@ int cmd_bench(int argc, char** argv) {
   using clock = std::chrono::steady_clock;
   sample();  // warm-up: caches, pages, branch predictors
   check(ferry_state_reset(session), "reset");
-  size_t repeat = parse_count(args, "--repeat", 1);
-  if (!args.get("--repeat")) {
+  size_t repeat = o.repeat;
+  if (!o.repeat_opt->count()) {
     // About half a second of samples, at least 5, at most 10000.
     const auto t0 = clock::now();
     sample();
@@ -162,6 +158,30 @@ int cmd_bench(int argc, char** argv) {
   std::printf("compute  %.2f GFLOP/s (%.3g multiply-adds per run); weights %.2f MB, arena %zu bytes\n", gflops, macs,
               static_cast<double>(cost.weight_bytes) / 1e6, arena_bytes);
   return 0;
+}
+
+}  // namespace
+
+Action declare_bench(CLI::App& app) {
+  auto o = std::make_shared<BenchOptions>();
+  app.footer("Prints the median, p10, p90 and min time of repeated runs on seeded input, and GFLOP/s.");
+  app.add_option("MODEL", o->model, "The model file")->type_name("MODEL.fb")->required();
+  app.add_option("--batch", o->batch, "Samples per run")->type_name("B")->check(positive_count(1 << 24))->capture_default_str();
+  app.add_option("--seq", o->seq, "Time steps per run (models with a time axis)")
+      ->type_name("T")
+      ->check(positive_count(1 << 24))
+      ->capture_default_str();
+  app.add_flag("--stream", o->stream, "Time ferry_step one time step at a time");
+  app.add_option("--backend", o->backend, "Where to run it")
+      ->type_name("BACKEND")
+      ->check(CLI::IsMember(backend_names()))
+      ->capture_default_str();
+  app.add_option("--threads", o->threads, "Threads")->type_name("N")->check(positive_count(1024))->capture_default_str();
+  o->repeat_opt = app.add_option("--repeat", o->repeat, "Timed runs (default: half a second's worth, 5 to 10000)")
+                      ->type_name("N")
+                      ->check(positive_count(1 << 24));
+  app.add_flag("--json", o->json, "Print one JSON object instead of text");
+  return [o] { return run_bench(*o); };
 }
 
 }  // namespace ferry::cli

@@ -6,9 +6,9 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstdio>
+#include <memory>
 #include <string>
 
-#include "args.h"
 #include "commands.h"
 #include "convert.h"
 #include "plan/quantization.h"
@@ -94,49 +94,39 @@ void print_quantization(const ConvertReport& r) {
 
 }  // namespace
 
-int cmd_convert(int argc, char** argv) {
-  const Args args(argc, argv, 2,
-                  {"--graph", "--key", "--quantize", "--calibration", "--c-array", "--max-error", "--layout"},
-                  {"--batch-first", "--stats", "--selftest", "--fallback"});
+namespace {
+
+struct ConvertOptions {
+  std::string input, output, graph, layout, key, quantize = "f32", calibration, c_array;
+  float max_error = 0;
+  bool batch_first = false, selftest = false, stats = false, fallback = false;
+  CLI::Option *graph_opt = nullptr, *layout_opt = nullptr, *calibration_opt = nullptr, *max_error_opt = nullptr,
+              *c_array_opt = nullptr;
+};
+
+int run_convert(const ConvertOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
-  if (args.positional.size() != 2) throw UsageError("convert takes IN and OUT.fb");
   conv::ConvertRequest request;
-  if (auto q = args.get("--quantize")) {
-    if (*q != "f32" && *q != "f16" && *q != "int8" && *q != "int4") {
-      throw UsageError("--quantize " + *q + ": expected f32, f16, int8 or int4");
-    }
-    request.quantize.dtype = conv::precision_from_name(*q);
-  }
+  request.quantize.dtype = conv::precision_from_name(o.quantize);
   const bool quantized = request.quantize.dtype != conv::DType::F32;
-  if (!quantized && (args.get("--calibration") || args.get("--max-error") || args.has("--fallback"))) {
+  if (!quantized && (o.calibration_opt->count() || o.max_error_opt->count() || o.fallback)) {
     throw UsageError("--calibration, --max-error and --fallback need --quantize f16, int8 or int4");
   }
-  request.quantize.calibration = args.get("--calibration");
-  if (auto e = args.get("--max-error")) {
-    char* end = nullptr;
-    const float v = std::strtof(e->c_str(), &end);
-    if (e->empty() || *end != '\0' || !(v >= 0.0f) || !std::isfinite(v)) {
-      throw UsageError("--max-error " + *e + ": expected a finite number >= 0");
-    }
-    request.quantize.max_error = v;
+  if (o.calibration_opt->count()) request.quantize.calibration = o.calibration;
+  if (o.max_error_opt->count()) request.quantize.max_error = o.max_error;
+  request.quantize.fallback = o.fallback;
+  request.input = o.input;
+  request.output = o.output;
+  if (o.graph_opt->count()) request.graph = o.graph;
+  if (o.batch_first) request.batch_first = true;
+  if (o.layout_opt->count()) {
+    request.layout = o.layout == "btf"   ? conv::Layout::kBatchFirst
+                     : o.layout == "tbf" ? conv::Layout::kTimeMajor
+                                         : conv::Layout::kChannelsFirst;
   }
-  request.quantize.fallback = args.has("--fallback");
-  if (request.quantize.fallback && !request.quantize.max_error) throw UsageError("--fallback needs --max-error E");
-  request.input = args.positional[0];
-  request.output = args.positional[1];
-  request.graph = args.get("--graph");
-  if (args.has("--batch-first")) request.batch_first = true;
-  if (auto layout = args.get("--layout")) {
-    if (*layout == "btf") request.layout = conv::Layout::kBatchFirst;
-    else if (*layout == "tbf") request.layout = conv::Layout::kTimeMajor;
-    else if (*layout == "bft") request.layout = conv::Layout::kChannelsFirst;
-    else throw UsageError("--layout " + *layout + ": one of btf ([B,T,F], batch-first), tbf ([T,B,F], time-major), "
-                          "bft ([B,F,T], channels-first as nn.Conv1d takes)");
-    if (request.batch_first) throw UsageError("--layout and --batch-first: give one");
-  }
-  request.key = args.get("--key").value_or("");
-  request.c_array = args.get("--c-array");
-  if (args.has("--selftest")) request.selftest = conv::SelfTestPolicy::Always;
+  request.key = o.key;
+  if (o.c_array_opt->count()) request.c_array = o.c_array;
+  if (o.selftest) request.selftest = conv::SelfTestPolicy::Always;
   Progress bar;  // chosen once the input's size is known
   request.on_plan = [&](const ConvertReport& r) {
     print_plan(request.input, r);
@@ -155,11 +145,53 @@ int cmd_convert(int argc, char** argv) {
     std::printf("wrote    %s: C array '%s', %llu bytes, 64-byte aligned\n", request.c_array->c_str(),
                 r.c_array_name.c_str(), static_cast<unsigned long long>(r.file_bytes));
   }
-  if (args.has("--stats")) {
+  if (o.stats) {
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::printf("stats    %.3f s, %.0f MB/s of input, peak RSS %s\n", s, r.input_bytes / 1e6 / s, peak_rss().c_str());
   }
   return 0;
+}
+
+}  // namespace
+
+Action declare_convert(CLI::App& app) {
+  auto o = std::make_shared<ConvertOptions>();
+  app.footer(
+      "IN is any form ferry reads: a torch.save zip or legacy file (state dict, training checkpoint, whole\n"
+      "module), TorchScript, safetensors, a torch.export .pt2 archive or a distributed checkpoint directory.\n"
+      "The layer chain is read from the file where it records it (.pt2, TorchScript, a pickled Sequential),\n"
+      "else inferred where the tensors make it unambiguous, else given with --graph. docs/convert.md has\n"
+      "the ops, their options and examples.");
+  app.add_option("IN", o->input, "The checkpoint (a file, or a DCP directory)")->type_name("PATH")->required();
+  app.add_option("OUT", o->output, "The model file to write (whole or not at all)")->type_name("OUT.fb")->required();
+  o->graph_opt = app.add_option("--graph", o->graph,
+                                "The layer chain: module paths and ops, e.g. \"lstm > last > fc\"")
+                     ->type_name("SPEC");
+  auto* batch_first = app.add_flag("--batch-first", o->batch_first, "The input is [batch, time, features]");
+  o->layout_opt = app.add_option("--layout", o->layout,
+                                 "Input layout: btf [B,T,F], tbf [T,B,F], bft [B,F,T]")
+                      ->type_name("LAYOUT")
+                      ->check(CLI::IsMember({"btf", "tbf", "bft"}))
+                      ->excludes(batch_first);
+  app.add_option("--key", o->key, "The entry of a checkpoint dict that holds the model")->type_name("NAME");
+  app.add_option("--quantize", o->quantize, "Weight type of the matrices (biases, small layers stay f32)")
+      ->type_name("DTYPE")
+      ->check(CLI::IsMember({"f32", "f16", "int8", "int4"}))
+      ->capture_default_str();
+  o->calibration_opt = app.add_option("--calibration", o->calibration,
+                                      "Real input (model's layout) for the accuracy report")
+                           ->type_name("X.npy");
+  o->max_error_opt = app.add_option("--max-error", o->max_error,
+                                    "Fail when the model's max abs error exceeds E")
+                         ->type_name("E")
+                         ->check(finite_non_negative());
+  app.add_flag("--fallback", o->fallback, "Instead, move the worst layer up a dtype until within E")
+      ->needs(o->max_error_opt);
+  o->c_array_opt = app.add_option("--c-array", o->c_array, "Also write the model as a 64-byte aligned C array")
+                       ->type_name("model_data.h");
+  app.add_flag("--selftest", o->selftest, "Store self-test vectors whatever the model's size");
+  app.add_flag("--stats", o->stats, "Print time, throughput and peak memory");
+  return [o] { return run_convert(*o); };
 }
 
 }  // namespace ferry::cli

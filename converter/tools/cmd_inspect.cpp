@@ -5,11 +5,11 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
 
-#include "args.h"
 #include "checkpoint/checkpoint.h"
 #include "cli_model.h"
 #include "commands.h"
@@ -157,18 +157,29 @@ int inspect_checkpoint(const std::string& path, const std::string& key) {
   return 0;
 }
 
-}  // namespace
-
-int cmd_inspect(int argc, char** argv) {
-  Args args(argc, argv, 2, {"--key"}, {});
-  if (args.positional.size() != 1) throw UsageError("inspect takes one FILE");
-  const std::string& path = args.positional[0];
+int run_inspect(const std::string& path, const std::string& key) {
   bool is_model = false;
   {
     MappedFile f(path);
     is_model = f.size() >= 8 && std::memcmp(f.data() + 4, ferry::fb::ModelIdentifier(), 4) == 0;
   }
-  return is_model ? inspect_model(path) : inspect_checkpoint(path, args.get("--key").value_or(""));
+  return is_model ? inspect_model(path) : inspect_checkpoint(path, key);
+}
+
+}  // namespace
+
+Action declare_inspect(CLI::App& app) {
+  struct Options {
+    std::string file, key;
+  };
+  auto o = std::make_shared<Options>();
+  app.footer(
+      "A checkpoint: its form, every tensor (dtype, shape, location, bytes, storage), the hyper-parameters it\n"
+      "records, the modules they make and what is ignored. A model file: its layers, tensors, sizes, arena\n"
+      "size and provenance.");
+  app.add_option("FILE", o->file, "A checkpoint or a model file")->type_name("PATH")->required();
+  app.add_option("--key", o->key, "The entry of a checkpoint dict that holds the model")->type_name("NAME");
+  return [o] { return run_inspect(o->file, o->key); };
 }
 
 }  // namespace ferry::cli

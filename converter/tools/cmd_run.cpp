@@ -5,10 +5,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <vector>
 
-#include "args.h"
 #include "cli_model.h"
 #include "commands.h"
 #include "io/npy.h"
@@ -54,31 +54,31 @@ void print_output(const NpyArray& y) {
   if (rows > 8) std::printf("  ... (%zu rows)\n", rows);
 }
 
-}  // namespace
+struct RunOptions {
+  std::string model, input, output, backend = "auto", lengths, expect;
+  double tolerance = 1e-5;
+  size_t threads = 1;
+  bool stream = false, quiet = false;
+  CLI::Option *lengths_opt = nullptr, *expect_opt = nullptr;
+};
 
-int cmd_run(int argc, char** argv) {
-  Args args(argc, argv, 2, {"--input", "--output", "--backend", "--lengths", "--threads", "--expect", "--tolerance"},
-            {"--stream", "--quiet"});
-  if (args.positional.size() != 1) throw UsageError("run takes one MODEL.fb");
-  const auto input_path = args.get("--input");
-  const auto output_path = args.get("--output");
-  if (!input_path || !output_path) throw UsageError("run needs --input X.npy and --output Y.npy");
-  ThreadPool pool(args.get("--threads"));
-  LoadedModel lm(args.positional[0]);
+int run_model(const RunOptions& o) {
+  ThreadPool pool(o.threads);
+  LoadedModel lm(o.model);
   ferry_model_info info{};
   info.struct_size = sizeof(info);
   check(ferry_model_get_info(lm.model, &info), "model info");
 
-  const NpyArray x = read_npy(*input_path, info.input_is_tokens != 0);
+  const NpyArray x = read_npy(o.input, info.input_is_tokens != 0);
   const bool tokens = info.input_is_tokens != 0;
   if (tokens && !x.is_ids) {
-    throw Error("'" + *input_path + "': the model takes token ids (its first layer is an Embedding): give an int32 or "
+    throw Error("'" + o.input + "': the model takes token ids (its first layer is an Embedding): give an int32 or "
                 "int64 array " + (info.batch_first ? "[batch, time]" : "[time, batch]") + ", not float32");
   }
   size_t batch = 0, seq = 1, features = 0;
   if (tokens) {
     if (x.shape.size() != 2) {
-      throw Error("'" + *input_path + "': the model takes 2-D token ids " +
+      throw Error("'" + o.input + "': the model takes 2-D token ids " +
                   (info.batch_first ? "[batch, time]" : "[time, batch]") + ", the file holds " +
                   std::to_string(x.shape.size()) + "-D");
     }
@@ -90,7 +90,7 @@ int cmd_run(int argc, char** argv) {
                          : info.batch_first  ? "[batch, time, features]"
                                              : "[time, batch, features]";
     if (x.shape.size() != 3) {
-      throw Error("'" + *input_path + "': the model takes a 3-D input " + layout + ", the file holds " +
+      throw Error("'" + o.input + "': the model takes a 3-D input " + layout + ", the file holds " +
                   std::to_string(x.shape.size()) + "-D");
     }
     if (info.channels_first) {
@@ -104,20 +104,20 @@ int cmd_run(int argc, char** argv) {
     }
   } else {
     if (x.shape.size() != 2) {
-      throw Error("'" + *input_path + "': the model takes a 2-D input [batch, features], the file holds " +
+      throw Error("'" + o.input + "': the model takes a 2-D input [batch, features], the file holds " +
                   std::to_string(x.shape.size()) + "-D");
     }
     batch = x.shape[0];
     features = x.shape[1];
   }
   if (features != info.input_size) {
-    throw Error("'" + *input_path + "': " + std::to_string(features) + " features per step, the model takes " +
+    throw Error("'" + o.input + "': " + std::to_string(features) + " features per step, the model takes " +
                 std::to_string(info.input_size));
   }
-  if (batch == 0 || seq == 0) throw Error("'" + *input_path + "': empty input");
+  if (batch == 0 || seq == 0) throw Error("'" + o.input + "': empty input");
   std::vector<int32_t> lengths;
-  if (auto l = args.get("--lengths")) {
-    lengths = parse_lengths(*l);
+  if (o.lengths_opt->count()) {
+    lengths = parse_lengths(o.lengths);
     if (lengths.size() != batch) {
       throw UsageError("--lengths gives " + std::to_string(lengths.size()) + " values for a batch of " +
                        std::to_string(batch));
@@ -125,10 +125,9 @@ int cmd_run(int argc, char** argv) {
     for (int32_t v : lengths)
       if (static_cast<size_t>(v) > seq) throw UsageError("--lengths: " + std::to_string(v) + " exceeds the " + std::to_string(seq) + " steps of the input");
   }
-  const bool stream = args.flags.count("--stream") != 0;
-  if (stream && !lengths.empty()) throw UsageError("--stream and --lengths do not combine");
+  const bool stream = o.stream;
 
-  const ferry_backend backend = parse_backend(args.get("--backend").value_or("auto"));
+  const ferry_backend backend = parse_backend(o.backend);
   const CliSession cli_session(lm.model, batch, stream ? 1 : seq, backend, pool.pool);
   ferry_session* session = cli_session.session;
   const size_t arena_bytes = cli_session.arena_bytes;
@@ -189,27 +188,62 @@ int cmd_run(int argc, char** argv) {
     }
   }
   const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  write_npy(*output_path, y);
-  if (!args.flags.count("--quiet")) print_output(y);
+  write_npy(o.output, y);
+  if (!o.quiet) print_output(y);
   std::printf("ran      %zu x %zu steps%s in %.3f ms (backend %s, %zu thread%s, arena %zu bytes); wrote %s\n", batch,
               seq, stream ? " one step at a time" : "", ms, ferry_backend_name(backend), pool.threads,
-              pool.threads == 1 ? "" : "s", arena_bytes, output_path->c_str());
-  if (auto expect_path = args.get("--expect")) {
-    const NpyArray want = read_npy(*expect_path);
-    if (want.shape != y.shape) throw Error("'" + *expect_path + "': shape differs from the output's");
-    const std::string tol_text = args.get("--tolerance").value_or("1e-5");
-    char* end = nullptr;
-    const double tol = std::strtod(tol_text.c_str(), &end);
-    if (*end != '\0' || !(tol >= 0)) throw UsageError("--tolerance '" + tol_text + "' is not a number >= 0");
+              pool.threads == 1 ? "" : "s", arena_bytes, o.output.c_str());
+  if (o.expect_opt->count()) {
+    const NpyArray want = read_npy(o.expect);
+    if (want.shape != y.shape) throw Error("'" + o.expect + "': shape differs from the output's");
+    const double tol = o.tolerance;
     double worst = 0;
     for (size_t i = 0; i < y.data.size(); ++i) {
       const double e = std::fabs(double{y.data[i]} - double{want.data[i]});
       if (!(e <= worst)) worst = e;  // NaN counts as the worst
     }
-    std::printf("check    max abs error vs %s: %.3g (tolerance %g)\n", expect_path->c_str(), worst, tol);
-    if (!(worst <= tol)) throw Error("output differs from '" + *expect_path + "' by " + std::to_string(worst));
+    std::printf("check    max abs error vs %s: %.3g (tolerance %g)\n", o.expect.c_str(), worst, tol);
+    if (!(worst <= tol)) throw Error("output differs from '" + o.expect + "' by " + std::to_string(worst));
   }
   return 0;
+}
+
+}  // namespace
+
+Action declare_run(CLI::App& app) {
+  auto o = std::make_shared<RunOptions>();
+  app.add_option("MODEL", o->model, "The model file")->type_name("MODEL.fb")->required();
+  app.add_option("--input", o->input, "Input: float32 in the model's layout, or token ids")
+      ->type_name("X.npy")
+      ->required();
+  app.add_option("--output", o->output, "Where to write the output (float32 .npy)")->type_name("Y.npy")->required();
+  app.add_option("--backend", o->backend, "Where to run it")
+      ->type_name("BACKEND")
+      ->check(CLI::IsMember(backend_names()))
+      ->capture_default_str();
+  app.add_option("--threads", o->threads, "Threads (the output does not depend on it)")
+      ->type_name("N")
+      ->check(positive_count(1024))
+      ->capture_default_str();
+  auto* stream = app.add_flag("--stream", o->stream, "Run one ferry_step per time step, state carried");
+  o->lengths_opt = app.add_option("--lengths", o->lengths,
+                                  "Per-sample lengths of a padded batch")
+                       ->type_name("L1,L2,...")
+                       ->excludes(stream);
+  o->expect_opt = app.add_option("--expect", o->expect,
+                                 "Fail unless the output matches this one")
+                      ->type_name("Y.npy");
+  app.add_option("--tolerance", o->tolerance, "Largest abs difference --expect accepts")
+      ->type_name("TOL")
+      ->check(finite_non_negative())
+      ->capture_default_str()
+      ->needs(o->expect_opt);
+  app.add_flag("--quiet", o->quiet, "Do not print the output values");
+  app.footer(
+      "The input is [B,T,F] or [T,B,F] (or [B,F,T]) as the model file says, [B,F] for a model without a time\n"
+      "axis; a model whose first layer is an Embedding takes int32/int64 token ids. With --lengths, outputs\n"
+      "past a sample's length are zero (pack_padded_sequence).");
+  return [o] { return run_model(*o); };
 }
 
 }  // namespace ferry::cli

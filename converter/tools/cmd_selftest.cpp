@@ -2,9 +2,9 @@
 // this machine's runtime (ferry_selftest) and says PASS or FAIL.
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <string>
 
-#include "args.h"
 #include "cli_model.h"
 #include "commands.h"
 #include "ferry/ferry_generated.h"
@@ -13,11 +13,10 @@ namespace ferry::cli {
 
 using conv::Error;
 
-int cmd_selftest(int argc, char** argv) {
-  Args args(argc, argv, 2, {"--backend"}, {});
-  if (args.positional.size() != 1) throw UsageError("selftest takes one MODEL.fb");
-  const std::string& path = args.positional[0];
-  const ferry_backend backend = parse_backend(args.get("--backend").value_or("auto"));
+namespace {
+
+int run_selftest(const std::string& path, const std::string& backend_name) {
+  const ferry_backend backend = parse_backend(backend_name);
   LoadedModel lm(path);
   // The status is named: FERRY_UNSUPPORTED (a backend this build or CPU
   // lacks, a model without vectors) is not a failed check.
@@ -46,6 +45,22 @@ int cmd_selftest(int argc, char** argv) {
     throw Error("'" + path + "': " + msg);
   }
   return 0;
+}
+
+}  // namespace
+
+Action declare_selftest(CLI::App& app) {
+  struct Options {
+    std::string model, backend = "auto";
+  };
+  auto o = std::make_shared<Options>();
+  app.footer("Exit status 0 on PASS, 1 on FAIL or when the file stores no vectors.");
+  app.add_option("MODEL", o->model, "The model file")->type_name("MODEL.fb")->required();
+  app.add_option("--backend", o->backend, "Where to run it")
+      ->type_name("BACKEND")
+      ->check(CLI::IsMember(backend_names()))
+      ->capture_default_str();
+  return [o] { return run_selftest(o->model, o->backend); };
 }
 
 }  // namespace ferry::cli

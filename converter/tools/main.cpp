@@ -1,40 +1,24 @@
-// The ferry command-line tool: dispatch to one command per file
-// (commands.h), the one-line error report, and signals.
+// The ferry command-line tool: parse (cli.h: every command declared once
+// with CLI11), run the chosen command, report the one-line error, signals.
 //
 // Every failure ends as one line `ferry: error: <what>` on stderr and a
-// non-zero exit status (2 for usage errors, 1 otherwise); no partial output
-// file is ever left behind (writers go through a temporary name + rename).
+// non-zero exit status (2 for usage errors, followed by the command's usage;
+// 1 otherwise); no partial output file is ever left behind (writers go
+// through a temporary name + rename).
 #include <csignal>
 #include <cstdio>
-#include <cstring>
 #include <new>
 #include <string>
 
-#include "args.h"
-#include "commands.h"
+#include "cli.h"
 #include "error.h"
-#include "ferry/ferry.h"
 #include "io/atomic_file.h"
 
 namespace {
 
+using ferry::cli::Cli;
 using ferry::cli::UsageError;
 using ferry::conv::Error;
-
-const char* kUsage =
-    "usage:\n"
-    "  ferry convert IN.pt OUT.fb [--graph SPEC] [--batch-first] [--key NAME] [--stats] [--selftest]\n"
-    "                             [--c-array model_data.h]\n"
-    "  ferry run MODEL.fb --input X.npy --output Y.npy [--backend auto|reference|simd|xnnpack]\n"
-    "                     [--threads N] [--stream] [--lengths L1,L2,...] [--expect Y.npy [--tolerance 1e-5]]\n"
-    "  ferry bench MODEL.fb [--stream] [--batch B] [--seq T] [--backend B] [--threads N]\n"
-    "                     [--repeat N] [--json]   (median time of ferry_run / ferry_step)\n"
-    "  ferry inspect FILE            (a checkpoint, or a .fb model)\n"
-    "  ferry selftest MODEL.fb [--backend B]   (the golden vectors stored in the file)\n"
-    "  ferry --version\n"
-    "\n"
-    "--graph is a chain of module paths and ops, e.g. \"lstm > last > fc\";\n"
-    "ops: last, relu, tanh, sigmoid, softmax, identity; an RNN may be written rnn(relu).\n";
 
 // SIGINT, SIGTERM, SIGHUP: the first one cancels the file writers (the
 // temporary file being written is removed as the error unwinds; a complete
@@ -62,26 +46,47 @@ void install_signal_handlers() {
   std::signal(SIGXFSZ, SIG_IGN);
 }
 
+// The usage shown after a usage error: the command's own help when the
+// parse got to one, else the top level's.
+int usage_error(const Cli& cli, const std::string& what) {
+  const CLI::App* sub = cli.selected();
+  std::fprintf(stderr, "ferry: error: %s\n%s", what.c_str(), cli.help(sub ? sub->get_name() : "").c_str());
+  return 2;
+}
+
 int dispatch(int argc, char** argv) {
-  if (argc < 2 || !std::strcmp(argv[1], "-h") || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "help")) {
-    std::fputs(kUsage, argc < 2 ? stderr : stdout);
-    return argc < 2 ? 2 : 0;
-  }
-  const std::string cmd = argv[1];
-  try {
-    if (cmd == "--version") {
-      std::printf("ferry %s (model format %d.%d)\n", FERRY_VERSION_STRING, FERRY_FORMAT_MAJOR, FERRY_FORMAT_MINOR);
-      return 0;
-    }
-    if (cmd == "convert") return ferry::cli::cmd_convert(argc, argv);
-    if (cmd == "run") return ferry::cli::cmd_run(argc, argv);
-    if (cmd == "inspect") return ferry::cli::cmd_inspect(argc, argv);
-    if (cmd == "selftest") return ferry::cli::cmd_selftest(argc, argv);
-    if (cmd == "bench") return ferry::cli::cmd_bench(argc, argv);
-    throw UsageError("unknown command '" + cmd + "' (convert, run, inspect, selftest, bench)");
-  } catch (const UsageError& e) {
-    std::fprintf(stderr, "ferry: error: %s\n%s", e.what(), kUsage);
+  Cli cli;
+  if (argc < 2) {
+    std::fputs(cli.help().c_str(), stderr);
     return 2;
+  }
+  ferry::cli::Action action;
+  try {
+    action = cli.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    const CLI::App* sub = cli.selected();
+    std::fputs(cli.help(sub ? sub->get_name() : "").c_str(), stdout);
+    return 0;
+  } catch (const CLI::CallForVersion& e) {
+    std::printf("%s\n", e.what());
+    return 0;
+  } catch (const CLI::ParseError& e) {
+    // An unknown option is what the user got wrong, whatever CLI11 checked
+    // first (a required option the typo was meant to be).
+    const std::vector<std::string> extra = cli.unexpected();
+    if (!extra.empty()) {
+      std::string words;
+      for (const std::string& w : extra) words += (words.empty() ? "'" : ", '") + w + "'";
+      return usage_error(cli, (extra.size() == 1 ? "unknown option or extra argument " : "unknown options or extra arguments ") + words);
+    }
+    return usage_error(cli, e.what());
+  } catch (const UsageError& e) {
+    return usage_error(cli, e.what());
+  }
+  try {
+    return action();
+  } catch (const UsageError& e) {
+    return usage_error(cli, e.what());
   } catch (const Error& e) {
     std::fprintf(stderr, "ferry: error: %s\n", e.what());
     return 1;

@@ -73,11 +73,11 @@ TEST(CliQuantize, BadOptionsAreRefused) {
     const char* args;
     const char* message;
   } cases[] = {
-      {"--quantize int2", "--quantize int2: expected f32, f16, int8 or int4"},
+      {"--quantize int2", "--quantize: int2 not in {f32,f16,int8,int4}"},
       {"--max-error 0.1", "need --quantize f16, int8 or int4"},
-      {"--quantize int8 --fallback", "--fallback needs --max-error E"},
-      {"--quantize int8 --max-error -1", "--max-error -1: expected a finite number >= 0"},
-      {"--quantize int8 --max-error nan", "--max-error nan: expected a finite number >= 0"},
+      {"--quantize int8 --fallback", "--fallback requires --max-error"},
+      {"--quantize int8 --max-error -1", "--max-error: '-1': expected a finite number >= 0"},
+      {"--quantize int8 --max-error nan", "--max-error: 'nan': expected a finite number >= 0"},
       {"--quantize int8 --calibration /nonexistent.npy", "/nonexistent.npy"},
       {"--quantize int8 --calibration __digits__", "the model takes [B,T,1]"},
   };
