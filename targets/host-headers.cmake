@@ -1,6 +1,6 @@
 # ferry_host_headers(<dir> <name>...): makes <dir>/usr/include hold symlinks
 # to the named header-only libraries of the build machine (flatbuffers,
-# nlohmann, eigen3), and, for those that ship one, their CMake package folder
+# nlohmann, eigen3, CLI), and, for those that ship one, their CMake package folder
 # under <dir>/usr/share. A cross or bare-metal compiler then sees exactly
 # these libraries and never the rest of /usr/include, whose libc and
 # architecture headers are the host's.
@@ -18,6 +18,8 @@ function(ferry_host_headers dir)
       list(APPEND links /usr/share/eigen3 ${dir}/usr/share/eigen3)
     elseif(name STREQUAL "nlohmann")
       list(APPEND links /usr/share/cmake/nlohmann_json ${dir}/usr/share/cmake/nlohmann_json)
+    elseif(name STREQUAL "CLI")
+      list(APPEND links /usr/share/cmake/CLI11 ${dir}/usr/share/cmake/CLI11)
     endif()
     while(links)
       list(POP_FRONT links from to)

@@ -10,7 +10,7 @@
 #   beside the host's) and GoogleTest built for the target. Its usr/include
 #   and usr/lib/<triple> are searched like a target system's would be.
 #   scripts/cross-test.sh makes it.
-# Header-only host libraries (FlatBuffers, nlohmann/json, Eigen) come from a
+# Header-only host libraries (FlatBuffers, nlohmann/json, Eigen, CLI11) come from a
 #   folder of symlinks in the build tree (host-headers.cmake).
 # Programs built for the target run under qemu-user: CMAKE_CROSSCOMPILING_
 #   EMULATOR is used by ctest, by gtest_discover_tests and by the tests'
@@ -31,7 +31,7 @@ endif()
 list(APPEND CMAKE_TRY_COMPILE_PLATFORM_VARIABLES FERRY_TARGET_SYSROOT)
 
 set(_ferry_host_headers ${CMAKE_BINARY_DIR}/ferry-host-headers)
-ferry_host_headers(${_ferry_host_headers} flatbuffers nlohmann eigen3)
+ferry_host_headers(${_ferry_host_headers} flatbuffers nlohmann eigen3 CLI)
 
 set(CMAKE_FIND_ROOT_PATH /usr/${FERRY_TARGET_TRIPLE} ${_ferry_host_headers})
 set(_ferry_include_dirs ${_ferry_host_headers}/usr/include)
