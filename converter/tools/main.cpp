@@ -25,6 +25,8 @@ const char* kUsage =
     "usage:\n"
     "  ferry convert IN.pt OUT.fb [--graph SPEC] [--batch-first] [--key NAME] [--stats] [--selftest]\n"
     "                             [--c-array model_data.h]\n"
+    "                             [--quantize f16|int8|int4 [--calibration X.npy] [--rounding nearest|gptq]\n"
+    "                              [--max-error E [--fallback]]]   (int8/int4 with --calibration: gptq)\n"
     "  ferry run MODEL.fb --input X.npy --output Y.npy [--backend auto|reference|simd|xnnpack]\n"
     "                     [--threads N] [--stream] [--lengths L1,L2,...] [--expect Y.npy [--tolerance 1e-5]]\n"
     "  ferry bench MODEL.fb [--stream] [--batch B] [--seq T] [--backend B] [--threads N]\n"
