@@ -2,14 +2,17 @@
 //   - two small matrices worked by hand (the numbers in the comments):
 //     error feedback in column order, int8's per-row scale from the original
 //     row, int4's group scale chosen from the updated weights when the group
-//     is reached, f16 scales;
+//     is reached (the candidate whose pass over the group loses least), f16
+//     scales;
 //   - a straightforward scalar re-implementation in long double (Gauss-Jordan
 //     inverse, scalar Cholesky, one column at a time, no blocks) on random
 //     correlated data, for int8 and int4, across groups, partial groups,
 //     blocks and an input the calibration never drove: the same integers and
 //     the same scales;
-//   - with no correlation to exploit (diagonal H) it is rounding to nearest,
-//     byte for byte after storing (shared/weight_quant.h);
+//   - with no correlation to exploit (diagonal H) nothing is fed forward:
+//     int8 is rounding to nearest byte for byte after storing
+//     (shared/weight_quant.h), int4 rounds to nearest on scales that lose no
+//     more than nearest's;
 //   - on correlated inputs its output error tr((W - Q) H (W - Q)^T) is well
 //     below rounding to nearest's;
 //   - the stored layouts: store_i8_panel8x4 / store_i4_panel8x8q4 put each
@@ -63,27 +66,33 @@ TEST(Gptq, Int8ByHand) {
 
 TEST(Gptq, Int4GroupScaleChosenWhenReached) {
   // One row of 33: group 0 = k 0..31, group 1 = k 32 alone. H = I except
-  // H[31][32] = 0.5 (mean diag 1, lambda 0.01).
-  // Group 0: largest magnitude -0.8 -> d0 = f16(-0.8 / -8) = 0.0999755859375 (0x2e66);
-  //   k 0: -0.8 / d0 = -8.002 -> -8 (error -0.000195, fed nowhere: H row 0 is diagonal);
-  //   k 31: 0.26 / d0 = 2.6006 -> 3, error e31 = 0.26 - 3 d0 = -0.0399268.
-  // k 32 absorbs it: 0.5 + e31 * 0.5 / 1.01 = 0.48023427.
-  // Group 1 reached: m = 0.48023427 -> d1 = f16(m / -8) = -0.060028076171875
-  //   (0xabaf; to nearest would take f16(0.5 / -8) = -0.0625, 0xac00);
-  //   q = 0.48023427 / d1 = -8.0002 -> -8.
+  // H[31][32] = 0.5 (mean diag 1, lambda 0.01), so U is diagonal but for
+  // U[31][32] / U[31][31] = -H'[31][32] / H'[32][32] = -0.5 / 1.01.
+  // Group 0 (m = -0.8): candidate scales f16(-0.8 (1 - a/50) / -8), each run
+  // over the group, loss sum ((w - q d) / U_kk)^2 with U_00^2 = 1/1.01 and
+  // U_31,31^2 = 1.01 / (1.01^2 - 0.25) = 1.31152:
+  //   a = 0: d = 0.0999755859375: k 0 -> -8 (error -0.000195), k 31: 0.26 / d
+  //          = 2.60 -> 3 (error -0.0399268); loss 3.8e-8 + 0.0012155 = 0.0012155
+  //   a = 1: d = 0.0980224609375 (0x2e46): k 0: -8.16 -> -8 (error -0.0158203),
+  //          k 31: 2.65 -> 3 (error -0.0340674); loss 0.0002528 + 0.0008849
+  //          = 0.0011377  <- the least (a = 2: 0.0016288, larger a: more)
+  // Column 32 absorbs k 31's error: 0.5 + (-0.0340674) * 0.5 / 1.01 = 0.48313496.
+  // Group 1 reached (m = 0.48313496): a = 0, d = f16(m / -8) = -0.060394287109375
+  //   (0xabbb; to nearest would take f16(0.5 / -8) = -0.0625, 0xac00), q = m / d
+  //   = -7.9997 -> -8 (error 2e-5; every a > 0 clips m by 1% or more).
   std::vector<float> w(33, 0.0f);
   w[0] = -0.8f;
   w[31] = 0.26f;
   w[32] = 0.5f;
   const RoundedMatrix r = round_gptq("w", w.data(), 1, 33, DType::I4, identity_with(33, 31, 32, 0.5));
   ASSERT_EQ(r.group_scales.size(), 2u);
-  EXPECT_EQ(r.group_scales[0], 0x2e66);
-  EXPECT_EQ(r.group_scales[1], 0xabaf);
+  EXPECT_EQ(r.group_scales[0], 0x2e46);
+  EXPECT_EQ(r.group_scales[1], 0xabbb);
   EXPECT_EQ(r.q[0], -8);
   EXPECT_EQ(r.q[31], 3);
   EXPECT_EQ(r.q[32], -8);
   for (int k = 1; k < 31; ++k) EXPECT_EQ(r.q[k], 0) << k;
-  EXPECT_FLOAT_EQ(r.value(0, 32), -8 * -0.060028076171875f);
+  EXPECT_FLOAT_EQ(r.value(0, 32), -8 * -0.060394287109375f);
 }
 
 // ------------------------------------------------ the scalar definition --
@@ -94,6 +103,12 @@ struct Reference {
   std::vector<float> row_scales;
   std::vector<uint16_t> group_scales;
 };
+
+// round half to even of w / d (in float), clamped.
+int to_grid(Real w, float d, int lo, int hi) {
+  const int q = static_cast<int>(std::nearbyint(static_cast<float>(w) / d));
+  return std::min(hi, std::max(lo, q));
+}
 
 // GPTQ as the header defines it, one column at a time.
 Reference reference_gptq(const std::vector<float>& w, uint32_t rows, uint32_t K, DType dtype,
@@ -163,20 +178,33 @@ Reference reference_gptq(const std::vector<float>& w, uint32_t rows, uint32_t K,
     for (uint32_t r = 0; r < rows; ++r) {
       Real* row = W.data() + size_t{r} * K;
       if (dtype == DType::I4 && k % 32 == 0) {
+        const uint32_t k1 = std::min(K, k + 32);
         float m = 0;
-        for (uint32_t j = k; j < std::min(K, k + 32); ++j)
+        for (uint32_t j = k; j < k1; ++j)
           if (std::fabs(static_cast<float>(row[j])) > std::fabs(m)) m = static_cast<float>(row[j]);
-        const uint16_t dh = layout::half_from_float(m / -8.0f);
-        zero[r] = layout::float_from_half(dh) == 0.0f;
-        out.group_scales[size_t{r} * groups + k / 32] = zero[r] ? 0x3c00 : dh;
-        scale[r] = layout::float_from_half(dh);
+        zero[r] = layout::float_from_half(layout::half_from_float(m / -8.0f)) == 0.0f;
+        uint16_t best = 0x3c00;
+        Real best_loss = INFINITY;
+        for (int a = 0; a < 20 && !zero[r]; ++a) {  // the candidates, each run over the group
+          const uint16_t dh = layout::half_from_float(m * (1.0f - 0.02f * a) / -8.0f);
+          const float d = layout::float_from_half(dh);
+          if (d == 0.0f) continue;
+          std::vector<Real> g(row + k, row + k1);
+          Real loss = 0;
+          for (uint32_t j = k; j < k1; ++j) {
+            const Real e = (g[j - k] - to_grid(g[j - k], d, -8, 7) * static_cast<Real>(d)) / U[j][j];
+            loss += e * e;
+            for (uint32_t i = j + 1; i < k1; ++i) g[i - k] -= e * U[j][i];
+          }
+          if (loss < best_loss) {
+            best_loss = loss;
+            best = dh;
+          }
+        }
+        out.group_scales[size_t{r} * groups + k / 32] = best;
+        scale[r] = layout::float_from_half(best);
       }
-      int q = 0;
-      if (!zero[r]) {
-        const float t = static_cast<float>(row[k]) / scale[r];
-        q = static_cast<int>(std::nearbyint(t));  // half to even
-        q = std::min(hi, std::max(lo, q));
-      }
+      const int q = zero[r] ? 0 : to_grid(row[k], scale[r], lo, hi);
       out.q[size_t{r} * K + k] = q;
       const Real e = (row[k] - q * static_cast<Real>(scale[r])) / U[k][k];
       for (uint32_t j = k + 1; j < K; ++j) row[j] -= e * U[k][j];
@@ -246,26 +274,64 @@ double output_error(const std::vector<float>& w, const std::vector<float>& q, ui
   return (d * h * d.transpose()).trace();
 }
 
-TEST(Gptq, DiagonalMomentsGiveRoundingToNearest) {
-  const uint32_t G = 4, units = 10, K = 70;  // a gate-packed LSTM matrix [4*10, 70]
+// Rounding to nearest (shared/weight_quant.h) of [rows, K], read back.
+std::vector<float> nearest_values(const std::vector<float>& w, uint32_t rows, uint32_t K, DType dtype) {
+  std::vector<float> out(w.size());
+  if (dtype == DType::I8) {
+    std::vector<int8_t> b(layout::panel8x4_bytes(1, rows, K));
+    std::vector<float> s(layout::row_scale_elements(1, rows));
+    EXPECT_TRUE(quant::quantize_i8_panel8x4(w.data(), 1, rows, K, b.data(), s.data()));
+    for (uint32_t r = 0; r < rows; ++r)
+      for (uint32_t k = 0; k < K; ++k)
+        out[size_t{r} * K + k] = b[layout::panel8x4_index(1, K, 0, r, k)] * s[layout::gate_column(1, 0, r)];
+  } else {
+    std::vector<uint8_t> b(layout::panel8x8q4_bytes(1, rows, K));
+    std::vector<uint16_t> s(layout::group_scale_elements(1, rows, K));
+    EXPECT_TRUE(quant::quantize_i4_panel8x8q4(w.data(), 1, rows, K, b.data(), s.data()));
+    for (uint32_t r = 0; r < rows; ++r)
+      for (uint32_t k = 0; k < K; ++k)
+        out[size_t{r} * K + k] = layout::panel8x8q4_load(b.data(), 1, K, 0, r, k) *
+                                 layout::float_from_half(s[layout::group_scale_index(1, K, 0, r, k / 32)]);
+  }
+  return out;
+}
+
+TEST(Gptq, DiagonalMomentsFeedNothingForward) {
+  // No correlation to exploit: int8 is rounding to nearest byte for byte
+  // (gate-packed LSTM matrix [4*10, 70], stored); int4 rounds each weight to
+  // nearest on its group's chosen scale, a scale that loses no more than
+  // nearest's own (d_0) would.
+  const uint32_t G = 4, units = 10, K = 70;
   const Problem p = random_problem(G * units, K, 0, 5);
-  Eigen::MatrixXd diag = p.h.diagonal().asDiagonal();
-  for (DType dtype : {DType::I8, DType::I4}) {
-    const RoundedMatrix r = round_gptq("w", p.w.data(), G * units, K, dtype, diag);
-    if (dtype == DType::I8) {
-      std::vector<int8_t> a(layout::panel8x4_bytes(G, units, K)), b(a.size());
-      std::vector<float> sa(layout::row_scale_elements(G, units)), sb(sa.size());
-      ASSERT_TRUE(quant::quantize_i8_panel8x4(p.w.data(), G, units, K, a.data(), sa.data()));
-      ASSERT_TRUE(quant::store_i8_panel8x4(r.q.data(), r.row_scales.data(), G, units, K, b.data(), sb.data()));
-      EXPECT_EQ(a, b);
-      EXPECT_EQ(sa, sb);
-    } else {
-      std::vector<uint8_t> a(layout::panel8x8q4_bytes(G, units, K)), b(a.size());
-      std::vector<uint16_t> sa(layout::group_scale_elements(G, units, K)), sb(sa.size());
-      ASSERT_TRUE(quant::quantize_i4_panel8x8q4(p.w.data(), G, units, K, a.data(), sa.data()));
-      ASSERT_TRUE(quant::store_i4_panel8x8q4(r.q.data(), r.group_scales.data(), G, units, K, b.data(), sb.data()));
-      EXPECT_EQ(a, b);
-      EXPECT_EQ(sa, sb);
+  const Eigen::MatrixXd diag = p.h.diagonal().asDiagonal();
+  const RoundedMatrix r8 = round_gptq("w", p.w.data(), G * units, K, DType::I8, diag);
+  std::vector<int8_t> a(layout::panel8x4_bytes(G, units, K)), b(a.size());
+  std::vector<float> sa(layout::row_scale_elements(G, units)), sb(sa.size());
+  ASSERT_TRUE(quant::quantize_i8_panel8x4(p.w.data(), G, units, K, a.data(), sa.data()));
+  ASSERT_TRUE(quant::store_i8_panel8x4(r8.q.data(), r8.row_scales.data(), G, units, K, b.data(), sb.data()));
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(sa, sb);
+
+  const RoundedMatrix r4 = round_gptq("w", p.w.data(), G * units, K, DType::I4, diag);
+  const std::vector<float> near = nearest_values(p.w, G * units, K, DType::I4);
+  // Input 0 is dead (never driven): its diagonal counts as 1.
+  Eigen::VectorXd h = diag.diagonal();
+  h(0) = 1.0;
+  const double lambda = 0.01 * h.mean();
+  for (uint32_t r = 0; r < G * units; ++r) {
+    for (uint32_t g0 = 0; g0 < K; g0 += 32) {
+      const float d = layout::float_from_half(r4.group_scales[size_t{r} * 3 + g0 / 32]);
+      double loss = 0, loss_near = 0;
+      for (uint32_t k = g0; k < std::min(K, g0 + 32); ++k) {
+        const float w = p.w[size_t{r} * K + k];
+        const int q = std::min(7, std::max(-8, static_cast<int>(std::nearbyint(w / d))));
+        ASSERT_EQ(r4.q[size_t{r} * K + k], q) << r << " " << k;
+        const double hk = h(k) + lambda;  // 1 / U_kk^2 for a diagonal H
+        loss += (w - q * double{d}) * (w - q * double{d}) * hk;
+        const double en = double{w} - near[size_t{r} * K + k];
+        loss_near += en * en * hk;
+      }
+      EXPECT_LE(loss, loss_near * (1 + 1e-12)) << r << " " << g0;
     }
   }
 }
@@ -275,15 +341,11 @@ TEST(Gptq, CorrelatedInputsLoseLessThanRoundingToNearest) {
   const Problem p = random_problem(rows, K, 7, 6);
   for (DType dtype : {DType::I8, DType::I4}) {
     const RoundedMatrix g = round_gptq("w", p.w.data(), rows, K, dtype, p.h);
-    const RoundedMatrix n = round_gptq("w", p.w.data(), rows, K, dtype, Eigen::MatrixXd(p.h.diagonal().asDiagonal()));
-    std::vector<float> qg(p.w.size()), qn(p.w.size());
-    for (uint32_t r = 0; r < rows; ++r) {
-      for (uint32_t k = 0; k < K; ++k) {
-        qg[size_t{r} * K + k] = g.value(r, k);
-        qn[size_t{r} * K + k] = n.value(r, k);
-      }
-    }
-    const double eg = output_error(p.w, qg, rows, K, p.h), en = output_error(p.w, qn, rows, K, p.h);
+    std::vector<float> qg(p.w.size());
+    for (uint32_t r = 0; r < rows; ++r)
+      for (uint32_t k = 0; k < K; ++k) qg[size_t{r} * K + k] = g.value(r, k);
+    const double eg = output_error(p.w, qg, rows, K, p.h);
+    const double en = output_error(p.w, nearest_values(p.w, rows, K, dtype), rows, K, p.h);
     std::printf("%s: output error gptq %.4g, nearest %.4g (%.2fx)\n", dtype_name(dtype), eg, en, en / eg);
     EXPECT_LT(eg, 0.7 * en) << dtype_name(dtype);
   }

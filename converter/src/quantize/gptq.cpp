@@ -59,6 +59,55 @@ Eigen::MatrixXd inverse_cholesky_upper(const std::string& what, const Eigen::Mat
   throw Error(what + ": the calibration inputs' second moment stays indefinite however it is damped");
 }
 
+// q = round_even(w / d) clamped to [lo, hi]: the quotient in float, as
+// rounding to nearest computes it (with no error to spread, a diagonal H,
+// the two roundings agree bit for bit); bounded first, as round_even takes
+// |t| < 2^22.
+int on_grid(double w, float d, int lo, int hi) {
+  float t = static_cast<float>(w) / d;
+  t = t > 1024.0f ? 1024.0f : t < -1024.0f ? -1024.0f : t;
+  const int q = quant::round_even(t);
+  return q > hi ? hi : q < lo ? lo : q;
+}
+
+// The f16 scale of one row's group [k0, k1) (its current weights `w`): the
+// candidate d_a = f16(m (1 - a/50) / -8), a = 0 .. kGptqScaleCandidates - 1,
+// whose GPTQ pass over the group (in-group feedback, U's diagonal block)
+// leaves the least loss sum e_k^2, the first on ties. Returns 0 for a group
+// whose d_0 is 0 in f16 (stored as 1.0 with q = 0).
+uint16_t group_scale(const std::string& what, const double* w, uint32_t k0, uint32_t k1, const Eigen::MatrixXd& U) {
+  float m = 0.0f;
+  for (uint32_t j = k0; j < k1; ++j) {
+    const float v = static_cast<float>(w[j - k0]);
+    if (quant::magnitude(v) > quant::magnitude(m)) m = v;
+  }
+  const uint16_t d0 = layout::half_from_float(m / -8.0f);
+  if (!quant::finite(layout::float_from_half(d0))) {
+    throw Error("tensor '" + what + "' cannot be stored as int4: int4 needs finite weights of magnitude below 524032");
+  }
+  if (layout::float_from_half(d0) == 0.0f) return 0;
+  uint16_t best = d0;
+  double best_loss = INFINITY;
+  double g[layout::kGroup];
+  for (uint32_t a = 0; a < kGptqScaleCandidates; ++a) {
+    const uint16_t dh = layout::half_from_float(m * (1.0f - 0.02f * static_cast<float>(a)) / -8.0f);
+    const float d = layout::float_from_half(dh);
+    if (d == 0.0f) continue;
+    for (uint32_t j = k0; j < k1; ++j) g[j - k0] = w[j - k0];
+    double loss = 0;
+    for (uint32_t j = k0; j < k1; ++j) {
+      const double e = (g[j - k0] - on_grid(g[j - k0], d, -8, 7) * static_cast<double>(d)) / U(j, j);
+      loss += e * e;
+      for (uint32_t i = j + 1; i < k1; ++i) g[i - k0] -= e * U(j, i);
+    }
+    if (loss < best_loss) {
+      best_loss = loss;
+      best = dh;
+    }
+  }
+  return best;
+}
+
 }  // namespace
 
 RoundedMatrix round_gptq(const std::string& what, const float* w, uint32_t rows, uint32_t cols, DType dtype,
@@ -84,6 +133,7 @@ RoundedMatrix round_gptq(const std::string& what, const float* w, uint32_t rows,
     }
   }
   // int8: scales from the original rows, exactly as rounding to nearest.
+  const Eigen::MatrixXd U = inverse_cholesky_upper(what, h);
   std::vector<float> scale(rows, 1.0f);  // the current column's scale per row
   if (dtype == DType::I8) {
     out.row_scales.assign(rows, 1.0f);
@@ -99,7 +149,6 @@ RoundedMatrix round_gptq(const std::string& what, const float* w, uint32_t rows,
   const int lo = dtype == DType::I8 ? -127 : -8, hi = dtype == DType::I8 ? 127 : 7;
   std::vector<bool> zero_group(rows, false);  // int4: the row's current group has d = 0 in f16
 
-  const Eigen::MatrixXd U = inverse_cholesky_upper(what, h);
   Eigen::VectorXd err(rows);
   Eigen::MatrixXd block_err(rows, kGptqBlock);
   for (uint32_t b0 = 0; b0 < cols; b0 += kGptqBlock) {
@@ -108,36 +157,19 @@ RoundedMatrix round_gptq(const std::string& what, const float* w, uint32_t rows,
       if (dtype == DType::I4 && k % layout::kGroup == 0) {
         // This group's scales, from its current weights.
         const uint32_t k1 = std::min(cols, k + layout::kGroup);
+        double current[layout::kGroup];
         for (uint32_t r = 0; r < rows; ++r) {
-          float m = 0.0f;
-          for (uint32_t j = k; j < k1; ++j) {
-            const float v = static_cast<float>(W(r, j));
-            if (quant::magnitude(v) > quant::magnitude(m)) m = v;
-          }
-          const uint16_t dh = layout::half_from_float(m / -8.0f);
-          const float d = layout::float_from_half(dh);
-          if (!quant::finite(d)) {
-            throw Error("tensor '" + what + "' cannot be stored as int4: int4 needs finite weights of magnitude "
-                        "below 524032");
-          }
-          zero_group[r] = d == 0.0f;
+          for (uint32_t j = k; j < k1; ++j) current[j - k] = W(r, j);
+          const uint16_t dh = group_scale(what, current, k, k1, U);
+          zero_group[r] = dh == 0;
           out.group_scales[uint64_t{r} * groups + k / layout::kGroup] = zero_group[r] ? 0x3c00 : dh;
-          scale[r] = d;
+          scale[r] = layout::float_from_half(dh);
         }
       }
       const double ukk = U(k, k);
       for (uint32_t r = 0; r < rows; ++r) {
         const double v = W(r, k);
-        int q = 0;
-        if (!zero_group[r]) {
-          // The quotient in float, as rounding to nearest computes it: with
-          // no error to spread (a diagonal H) the two roundings agree bit
-          // for bit. Bounded first: round_even takes |t| < 2^22.
-          float t = static_cast<float>(v) / scale[r];
-          t = t > 1024.0f ? 1024.0f : t < -1024.0f ? -1024.0f : t;
-          q = quant::round_even(t);
-          q = q > hi ? hi : q < lo ? lo : q;
-        }
+        const int q = zero_group[r] ? 0 : on_grid(v, scale[r], lo, hi);
         out.q[uint64_t{r} * cols + k] = static_cast<int8_t>(q);
         err(r) = (v - q * static_cast<double>(scale[r])) / ukk;
       }

@@ -15,9 +15,8 @@
 //   H'  = H + lambda I, lambda = kDamp * mean(diag H) (diag entries that are 0,
 //         inputs the calibration never drove, are set to 1 first);
 //   U   = the upper Cholesky factor of H'^-1 (H'^-1 = U^T U);
-//   for k in order:  (int4: at k = 32 j, the scales of group j are chosen from
-//                     the current W[:, 32 j .. 32 j + 31], as rounding to
-//                     nearest chooses them from the original weights)
+//   for k in order:  (int4: at k = 32 j, the scales of group j are chosen
+//                     from the current W[:, 32 j .. 32 j + 31], below)
 //     Q[:, k] = grid(W[:, k]) (the stored grid: per-row int8 scale, per-group
 //               int4 f16 scale, round half to even, clamped);
 //     e       = (W[:, k] - Q[:, k]) / U[k, k];
@@ -30,10 +29,16 @@
 // reads it unchanged:
 //   int8  s = max |w| / 127 over the row's original weights (1.0 for an
 //         all-zero row); q = round_even(w / s) clamped to [-127, 127].
-//   int4  per (row, group of 32 k): m = the current element of largest
-//         magnitude (sign kept, the first one on ties), d = m / -8 rounded to
-//         f16; q = round_even(w / d) clamped to [-8, 7]; d = 1.0 and q = 0
-//         when d is 0 in f16.
+//   int4  per (row, group of 32 k), when the group is reached: m = the
+//         current element of largest magnitude (sign kept, the first one on
+//         ties); the candidates d_a = f16(m * (1 - a/50) / -8) (in float,
+//         then rounded to f16), a = 0 .. kGptqScaleCandidates - 1 (d_0 is
+//         rounding to nearest's scale; the others clip the largest weights
+//         for a finer step); each is tried by running this loop over the
+//         group alone for that row (feedback inside the group only) and the
+//         one leaving the least loss sum_k e_k^2 is kept, the first on ties;
+//         q = round_even(w / d) clamped to [-8, 7]. d = 1.0 and q = 0 when
+//         d_0 is 0 in f16.
 // Rows are independent (H is shared), so the gate packing of a cell's
 // matrix changes nothing: W is the logical [G*units, K] matrix.
 //
@@ -73,6 +78,7 @@ class InputMoments {
 
 constexpr double kGptqDamp = 0.01;   // lambda / mean(diag H)
 constexpr uint32_t kGptqBlock = 128; // columns per lazy-update block (a multiple of 32)
+constexpr uint32_t kGptqScaleCandidates = 20;  // int4 scales tried per group: m/-8 down to 0.62 m/-8
 
 // GPTQ-rounds `w` ([rows, cols], row-major) for inputs of second moment
 // `h` ([cols, cols], symmetric positive semi-definite) onto `dtype`'s grid
