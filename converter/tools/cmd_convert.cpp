@@ -105,7 +105,8 @@ void print_roundings(const conv::QuantizationPlan& q) {
 void print_quantization(const ConvertReport& r) {
   const conv::QuantizationPlan& q = r.quantization;
   for (const conv::LayerPrecision& p : r.precisions) {
-    const bool integer = p.dtype == conv::DType::I8 || p.dtype == conv::DType::I4;
+    // The rounding where there was a choice (with --calibration).
+    const bool integer = (p.dtype == conv::DType::I8 || p.dtype == conv::DType::I4) && !q.roundings.empty();
     std::printf("quantize %-10s %s%s%s%s%s\n", r.layers[static_cast<size_t>(p.layer)].name.c_str(),
                 conv::precision_name(p.dtype), integer ? "  rounded " : "", integer ? conv::rounding_name(p.rounding) : "",
                 p.reason.empty() ? "" : "  ", p.reason.c_str());
