@@ -53,7 +53,7 @@ def main():
         m = Model()
         torch.save(m.state_dict(), src)
         np.save(calib, np.random.default_rng(0).standard_normal((16, 64, 800)).astype(np.float32))
-    params = sum(v.numel() for v in torch.load(src).values())
+    params = sum(v.numel() for v in torch.load(src, map_location="cpu").values())
     cases = [("int4 gptq", ["--quantize", "int4"]), ("int8 gptq", ["--quantize", "int8"]),
              ("int4 nearest", ["--quantize", "int4", "--rounding", "nearest"])]
     times = {name: [] for name, _ in cases}
