@@ -72,15 +72,44 @@ void print_plan(const std::string& in, const ConvertReport& r) {
 }
 
 void print_stats(const char* what, const conv::ErrorStatsPlan& e) {
-  std::printf("accuracy %-10s %-5s max abs %.3g  rms %.3g  cosine %.6f\n", what, conv::precision_name(e.dtype),
-              e.max_abs, e.rms, e.cosine);
+  std::printf("accuracy %-10s %-5s max abs %.3g  rms %.3g  cosine %.6f%s%s\n", what, conv::precision_name(e.dtype),
+              e.max_abs, e.rms, e.cosine, e.rounding.empty() ? "" : "  ", e.rounding.c_str());
+}
+
+// Both roundings side by side (with --calibration): each int8 / int4 layer
+// alone, the model, the drift.
+void print_roundings(const conv::QuantizationPlan& q) {
+  if (q.roundings.size() != 2) return;
+  const conv::RoundingReport &a = q.roundings[0], &b = q.roundings[1];
+  std::printf("rounding %-16s %-40s %s\n", "", a.rounding.c_str(), b.rounding.c_str());
+  const auto cell = [](const conv::ErrorStatsPlan& e) {
+    char text[96];
+    std::snprintf(text, sizeof text, "max abs %.3g rms %.3g cos %.6f", e.max_abs, e.rms, e.cosine);
+    return std::string(text);
+  };
+  for (size_t i = 0; i < a.layers.size() && i < b.layers.size(); ++i) {
+    if (a.layers[i].rounding.empty()) continue;  // f16 / f32: nothing to round
+    std::printf("rounding %-10s %-5s %-40s %s\n", a.layers[i].name.c_str(), conv::precision_name(a.layers[i].dtype),
+                cell(a.layers[i]).c_str(), cell(b.layers[i]).c_str());
+  }
+  std::printf("rounding %-10s %-5s %-40s %s\n", "model", conv::precision_name(a.model.dtype), cell(a.model).c_str(),
+              cell(b.model).c_str());
+  if (q.drift_steps) {
+    char da[96], db[96];
+    std::snprintf(da, sizeof da, "first 1%% %.3g last 1%% %.3g", a.drift_start_rms, a.drift_end_rms);
+    std::snprintf(db, sizeof db, "first 1%% %.3g last 1%% %.3g", b.drift_start_rms, b.drift_end_rms);
+    std::printf("rounding %-10s %-5s %-40s %s\n", "drift", "rms", da, db);
+  }
 }
 
 void print_quantization(const ConvertReport& r) {
   const conv::QuantizationPlan& q = r.quantization;
   for (const conv::LayerPrecision& p : r.precisions) {
-    std::printf("quantize %-10s %s%s%s\n", r.layers[static_cast<size_t>(p.layer)].name.c_str(),
-                conv::precision_name(p.dtype), p.reason.empty() ? "" : "  ", p.reason.c_str());
+    // The rounding where there was a choice (with --calibration).
+    const bool integer = (p.dtype == conv::DType::I8 || p.dtype == conv::DType::I4) && !q.roundings.empty();
+    std::printf("quantize %-10s %s%s%s%s%s\n", r.layers[static_cast<size_t>(p.layer)].name.c_str(),
+                conv::precision_name(p.dtype), integer ? "  rounded " : "", integer ? conv::rounding_name(p.rounding) : "",
+                p.reason.empty() ? "" : "  ", p.reason.c_str());
   }
   for (const std::string& m : r.fallback_moves) std::printf("fallback %s\n", m.c_str());
   std::printf("accuracy quantized vs fp32 on %s (per layer: that layer alone quantized)\n", q.input.c_str());
@@ -90,6 +119,7 @@ void print_quantization(const ConvertReport& r) {
     std::printf("drift    %u streamed steps: rms error %.3g over the first 1%%, %.3g over the last 1%%\n",
                 q.drift_steps, q.drift_start_rms, q.drift_end_rms);
   }
+  print_roundings(q);
 }
 
 }  // namespace
@@ -97,11 +127,11 @@ void print_quantization(const ConvertReport& r) {
 namespace {
 
 struct ConvertOptions {
-  std::string input, output, graph, layout, key, quantize = "f32", calibration, c_array;
+  std::string input, output, graph, layout, key, quantize = "f32", calibration, c_array, rounding;
   float max_error = 0;
   bool batch_first = false, selftest = false, stats = false, fallback = false;
   CLI::Option *graph_opt = nullptr, *layout_opt = nullptr, *calibration_opt = nullptr, *max_error_opt = nullptr,
-              *c_array_opt = nullptr;
+              *c_array_opt = nullptr, *rounding_opt = nullptr;
 };
 
 int run_convert(const ConvertOptions& o) {
@@ -109,10 +139,19 @@ int run_convert(const ConvertOptions& o) {
   conv::ConvertRequest request;
   request.quantize.dtype = conv::precision_from_name(o.quantize);
   const bool quantized = request.quantize.dtype != conv::DType::F32;
-  if (!quantized && (o.calibration_opt->count() || o.max_error_opt->count() || o.fallback)) {
-    throw UsageError("--calibration, --max-error and --fallback need --quantize f16, int8 or int4");
+  if (!quantized && (o.calibration_opt->count() || o.max_error_opt->count() || o.fallback || o.rounding_opt->count())) {
+    throw UsageError("--calibration, --max-error, --fallback and --rounding need --quantize f16, int8 or int4");
   }
   if (o.calibration_opt->count()) request.quantize.calibration = o.calibration;
+  if (o.rounding_opt->count()) {
+    if (request.quantize.dtype != conv::DType::I8 && request.quantize.dtype != conv::DType::I4) {
+      throw UsageError("--rounding applies to --quantize int8 and int4");
+    }
+    if (o.rounding == "gptq" && !request.quantize.calibration) {
+      throw UsageError("--rounding gptq needs --calibration X.npy (the inputs the weights meet)");
+    }
+    request.quantize.rounding = conv::rounding_from_name(o.rounding);
+  }
   if (o.max_error_opt->count()) request.quantize.max_error = o.max_error;
   request.quantize.fallback = o.fallback;
   request.input = o.input;
@@ -185,6 +224,10 @@ Action declare_convert(CLI::App& app) {
                                     "Fail when the model's max abs error exceeds E")
                          ->type_name("E")
                          ->check(finite_non_negative());
+  o->rounding_opt = app.add_option("--rounding", o->rounding,
+                                   "int8/int4 rounding: gptq (default with --calibration) or nearest")
+                        ->type_name("ROUNDING")
+                        ->check(CLI::IsMember({"nearest", "gptq"}));
   app.add_flag("--fallback", o->fallback, "Instead, move the worst layer up a dtype until within E")
       ->needs(o->max_error_opt);
   o->c_array_opt = app.add_option("--c-array", o->c_array, "Also write the model as a 64-byte aligned C array")

@@ -35,6 +35,12 @@ TEST(CliQuantize, Int8PrintsTheReportAndInspectShowsIt) {
   EXPECT_TRUE(contains(r.out, "kept f32: 32 weights")) << r.out;
   EXPECT_TRUE(contains(r.out, "accuracy model      int8  max abs")) << r.out;
   EXPECT_TRUE(contains(r.out, "drift    10000 streamed steps")) << r.out;
+  // With calibration: GPTQ by default, and both roundings side by side.
+  EXPECT_TRUE(contains(r.out, "quantize lstm       int8  rounded gptq")) << r.out;
+  EXPECT_TRUE(contains(r.out, "accuracy model      int8  max abs")) << r.out;
+  EXPECT_TRUE(contains(r.out, "rounding lstm       int8  max abs")) << r.out;
+  EXPECT_TRUE(contains(r.out, "rounding model      int8  max abs")) << r.out;
+  EXPECT_TRUE(contains(r.out, "rounding drift      rms   first 1%")) << r.out;
   const CommandResult i = run_ferry("inspect " + shell_quote(out), dir);
   ASSERT_EQ(i.status, 0) << i.err;
   EXPECT_TRUE(contains(i.out, "format 1.3")) << i.out;
@@ -66,6 +72,17 @@ TEST(CliQuantize, FallbackSaysWhichLayerMoved) {
   EXPECT_TRUE(std::filesystem::exists(out));
 }
 
+TEST(CliQuantize, RoundingNearestWithCalibration) {
+  TempDir dir;
+  const std::string out = dir / "q.fb";
+  const CommandResult r = run_ferry(
+      sunspots(out, "--quantize int4 --rounding nearest --calibration " +
+                        shell_quote(kTrained + "sunspots_lstm.calibration.npy")), dir);
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_TRUE(contains(r.out, "quantize lstm       int4  rounded nearest")) << r.out;
+  EXPECT_TRUE(contains(r.out, "rounding model      int4  max abs")) << r.out;  // GPTQ still measured beside it
+}
+
 TEST(CliQuantize, BadOptionsAreRefused) {
   TempDir dir;
   const std::string out = dir / "q.fb";
@@ -80,6 +97,10 @@ TEST(CliQuantize, BadOptionsAreRefused) {
       {"--quantize int8 --max-error nan", "--max-error: 'nan': expected a finite number >= 0"},
       {"--quantize int8 --calibration /nonexistent.npy", "/nonexistent.npy"},
       {"--quantize int8 --calibration __digits__", "the model takes [B,T,1]"},
+      {"--quantize int4 --rounding gptq", "--rounding gptq needs --calibration X.npy"},
+      {"--quantize int4 --rounding best", "--rounding: best not in {nearest,gptq}"},
+      {"--quantize f16 --rounding nearest", "--rounding applies to --quantize int8 and int4"},
+      {"--rounding nearest", "need --quantize f16, int8 or int4"},
   };
   for (const auto& c : cases) {
     std::string args = c.args;

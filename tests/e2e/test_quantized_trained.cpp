@@ -11,6 +11,15 @@
 // 0.5 points; f16 within 2e-3 of PyTorch's outputs on every fixture. Every
 // quantized file also runs identically step by step and whole-sequence, on
 // every CPU backend this machine has, and passes its stored self-test.
+// Calibration is each fixture's training data (manifest "calibration"),
+// so int8 / int4 are rounded by GPTQ unless a test asks for nearest.
+//
+// Issue 35 (GPTQ): int4's excess of the test metric over fp32 at most half
+// of rounding to nearest's on every fixture, the larger digits_rows_lstm
+// (2-layer LSTM(8, 128), RMSE of next-row predictions over 20,160 pixels)
+// included; where nearest's excess is itself below zero by chance (the
+// sunspots forecaster's 40 test years), the bound is on what the excess
+// estimates, the RMS deviation from PyTorch's fp32 predictions.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -42,7 +51,8 @@ nlohmann::json manifest_entry(const std::string& name) {
 }
 
 std::vector<uint8_t> convert_fixture(const std::string& name, DType dtype, std::optional<float> max_error = {},
-                                     bool fallback = false, ConvertReport* report = nullptr) {
+                                     bool fallback = false, ConvertReport* report = nullptr,
+                                     std::optional<Rounding> rounding = {}) {
   const nlohmann::json e = manifest_entry(name);
   ConvertRequest r;
   r.input = kDir + e["pt"].get<std::string>();
@@ -50,7 +60,8 @@ std::vector<uint8_t> convert_fixture(const std::string& name, DType dtype, std::
   r.batch_first = e["batch_first"].get<bool>();
   r.selftest = SelfTestPolicy::Always;
   r.quantize.dtype = dtype;
-  r.quantize.calibration = kDir + e["input"].get<std::string>();
+  r.quantize.calibration = kDir + e["calibration"].get<std::string>();  // training inputs, never the test set
+  r.quantize.rounding = rounding;
   r.quantize.max_error = max_error;
   r.quantize.fallback = fallback;
   ConvertResult result = convert(r);
@@ -244,6 +255,119 @@ TEST(QuantizedTrained, F16WithinTwoThousandthsOfPyTorch) {
     }
     expect_step_equals_run(model, x);
   }
+}
+
+// digits_rows_lstm: RMSE over rows 1-7 of the test images (output step t
+// predicts row t + 1; the last step predicts nothing).
+double rows_rmse(const std::vector<float>& y) {
+  const NpyArray x = read_npy(kDir + "digits_gru.input.npy");
+  double sq = 0;
+  size_t n = 0;
+  for (size_t i = 0; i < x.shape[0]; ++i)
+    for (size_t t = 0; t + 1 < 8; ++t)
+      for (size_t p = 0; p < 8; ++p, ++n) {
+        const double d = static_cast<double>(y[(i * 8 + t) * 8 + p]) - x.data[(i * 8 + t + 1) * 8 + p];
+        sq += d * d;
+      }
+  return std::sqrt(sq / n);
+}
+
+// RMS of y - PyTorch's fp32 output (the quantization's own error on the test inputs).
+double deviation(const std::string& name, const std::vector<float>& y) {
+  const NpyArray want = read_npy(kDir + manifest_entry(name)["torch_output"].get<std::string>());
+  double sq = 0;
+  for (size_t i = 0; i < y.size(); ++i) sq += (static_cast<double>(y[i]) - want.data[i]) * (y[i] - want.data[i]);
+  return std::sqrt(sq / y.size());
+}
+
+struct Outcome {
+  double metric = 0, deviation = 0;
+};
+
+Outcome quantized_outcome(const std::string& name, DType dtype, Rounding rounding) {
+  const nlohmann::json e = manifest_entry(name);
+  const NpyArray x = read_npy(kDir + e["input"].get<std::string>());
+  const Model model(convert_fixture(name, dtype, {}, false, nullptr, rounding));
+  const std::vector<float> y = run(model, x, FERRY_BACKEND_AUTO);
+  Outcome o;
+  o.metric = name == "sunspots_lstm" ? sunspots_rmse(y) : name == "digits_gru" ? digits_accuracy(y) : rows_rmse(y);
+  o.deviation = deviation(name, y);
+  return o;
+}
+
+TEST(QuantizedTrained, Int4GptqHalvesNearestsExcess) {
+  for (const char* name : {"digits_rows_lstm", "digits_gru", "sunspots_lstm"}) {
+    const nlohmann::json e = manifest_entry(name);
+    const bool accuracy = std::string(name) == "digits_gru";
+    const double fp32 = e["metrics"][accuracy ? "accuracy" : "rmse"].get<double>();
+    const Outcome n = quantized_outcome(name, DType::I4, Rounding::Nearest);
+    const Outcome g = quantized_outcome(name, DType::I4, Rounding::Gptq);
+    // Excess: RMSE above fp32, or accuracy below it.
+    const double en = accuracy ? fp32 - n.metric : n.metric - fp32, eg = accuracy ? fp32 - g.metric : g.metric - fp32;
+    std::printf("%s int4 %s: fp32 %.6g, nearest %.6g (excess %+.3g, deviation from fp32 %.4g), gptq %.6g (excess "
+                "%+.3g, deviation %.4g)\n",
+                name, accuracy ? "accuracy" : "RMSE", fp32, n.metric, en, n.deviation, g.metric, eg, g.deviation);
+    if (en > 0) {
+      EXPECT_LE(eg, 0.5 * en) << name;
+    } else {
+      // Nearest happened to beat fp32 on this test set: bound what the
+      // excess estimates instead.
+      EXPECT_LE(g.deviation, 0.5 * n.deviation) << name;
+    }
+    EXPECT_LT(g.deviation, n.deviation) << name;
+  }
+}
+
+TEST(QuantizedTrained, Int8GptqWithinTodaysBounds) {
+  // int8 rounded by GPTQ (the default with calibration) keeps issue 10's
+  // bounds: RMSE within 2%, accuracy within half a point; the larger model
+  // within 0.1% of its fp32 RMSE.
+  for (const char* name : {"digits_rows_lstm", "digits_gru", "sunspots_lstm"}) {
+    const nlohmann::json e = manifest_entry(name);
+    const bool accuracy = std::string(name) == "digits_gru";
+    const double fp32 = e["metrics"][accuracy ? "accuracy" : "rmse"].get<double>();
+    const Outcome n = quantized_outcome(name, DType::I8, Rounding::Nearest);
+    const Outcome g = quantized_outcome(name, DType::I8, Rounding::Gptq);
+    std::printf("%s int8 %s: fp32 %.6g, nearest %.6g (deviation from fp32 %.4g), gptq %.6g (deviation %.4g)\n", name,
+                accuracy ? "accuracy" : "RMSE", fp32, n.metric, n.deviation, g.metric, g.deviation);
+    if (accuracy) {
+      EXPECT_GE(g.metric, fp32 - 0.005) << name;
+    } else {
+      EXPECT_LE(g.metric / fp32 - 1, std::string(name) == "sunspots_lstm" ? 0.02 : 0.001) << name;
+    }
+  }
+}
+
+TEST(QuantizedTrained, GptqIsDeterministicAndReportsBothRoundings) {
+  ConvertReport a, b;
+  const std::vector<uint8_t> x = convert_fixture("digits_rows_lstm", DType::I4, {}, false, &a);
+  const std::vector<uint8_t> y = convert_fixture("digits_rows_lstm", DType::I4, {}, false, &b);
+  EXPECT_EQ(x, y);  // byte for byte
+  ASSERT_EQ(a.precisions.size(), 2u);
+  EXPECT_EQ(a.precisions[0].rounding, Rounding::Gptq);  // the default with calibration
+  const QuantizationPlan& q = a.quantization;
+  ASSERT_EQ(q.roundings.size(), 2u);
+  EXPECT_EQ(q.roundings[0].rounding, "nearest");
+  EXPECT_EQ(q.roundings[1].rounding, "gptq");
+  ASSERT_EQ(q.roundings[0].layers.size(), 2u);
+  for (const RoundingReport& r : q.roundings) {
+    std::printf("%-8s model rms %.4g max abs %.4g cosine %.6f; drift %.4g -> %.4g\n", r.rounding.c_str(), r.model.rms,
+                r.model.max_abs, r.model.cosine, r.drift_start_rms, r.drift_end_rms);
+    EXPECT_GT(r.drift_start_rms, 0.0f);
+  }
+  EXPECT_LT(q.roundings[1].model.rms, q.roundings[0].model.rms);
+  EXPECT_EQ(q.model.rms, q.roundings[1].model.rms);  // the written model is GPTQ's
+  // Without calibration there is nothing to weigh the weights by: nearest.
+  ConvertRequest r;
+  r.input = kDir + "digits_rows_lstm.pt";
+  r.graph = "lstm > fc";
+  r.batch_first = true;
+  r.quantize.dtype = DType::I4;
+  const ConvertResult plain = convert(r);
+  EXPECT_EQ(plain.report.precisions[0].rounding, Rounding::Nearest);
+  EXPECT_TRUE(plain.report.quantization.roundings.empty());
+  r.quantize.rounding = Rounding::Gptq;
+  EXPECT_THROW(convert(r), ferry::conv::Error);
 }
 
 TEST(QuantizedTrained, FilesShrinkAndRecordTheirReport) {

@@ -113,7 +113,37 @@ std::vector<StoredForm> stored_forms(const ModelPlan& plan) {
   return out;
 }
 
+namespace {
+
+// A matrix the quantize stage already rounded (TensorPlan::rounded), stored
+// as it is.
+QuantizedTensor store_rounded(const TensorPlan& t, const StoredForm& form) {
+  const RoundedMatrix& m = *t.rounded;
+  const uint32_t G = form.gates, units = static_cast<uint32_t>(form.units), cols = static_cast<uint32_t>(form.cols);
+  if (m.dtype != form.dtype || m.rows != uint64_t{G} * units || m.cols != cols ||
+      m.q.size() != uint64_t{m.rows} * cols) {
+    throw Error("internal: tensor '" + t.name + "': its rounded integers do not fit its stored form");
+  }
+  QuantizedTensor q;
+  q.bytes.resize(static_cast<size_t>(form.bytes));
+  bool ok = false;
+  if (form.dtype == DType::I8 && m.row_scales.size() == m.rows) {
+    q.scales.resize(static_cast<size_t>(layout::row_scale_elements(G, units) * 4));
+    ok = quant::store_i8_panel8x4(m.q.data(), m.row_scales.data(), G, units, cols,
+                                  reinterpret_cast<int8_t*>(q.bytes.data()), reinterpret_cast<float*>(q.scales.data()));
+  } else if (form.dtype == DType::I4 && m.group_scales.size() == m.rows * layout::group_count(cols)) {
+    q.scales.resize(static_cast<size_t>(layout::group_scale_elements(G, units, cols) * 2));
+    ok = quant::store_i4_panel8x8q4(m.q.data(), m.group_scales.data(), G, units, cols, q.bytes.data(),
+                                    reinterpret_cast<uint16_t*>(q.scales.data()));
+  }
+  if (!ok) throw Error("internal: tensor '" + t.name + "': its rounded integers or scales are off the grid");
+  return q;
+}
+
+}  // namespace
+
 QuantizedTensor quantize_tensor(const TensorPlan& t, const StoredForm& form) {
+  if (t.rounded) return store_rounded(t, form);
   const uint32_t G = form.gates, units = static_cast<uint32_t>(form.units), cols = static_cast<uint32_t>(form.cols);
   std::vector<float> w(static_cast<size_t>(t.numel()));
   t.fill(w.data(), 0, w.size());

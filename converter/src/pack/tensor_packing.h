@@ -47,7 +47,9 @@ struct StoredForm {
 std::vector<StoredForm> stored_forms(const ModelPlan& plan);
 
 // A quantized weight (form.dtype F16, I8 or I4): its stored bytes and, for
-// I8 / I4, its scales' bytes. The whole float tensor is read once. Throws
+// I8 / I4, its scales' bytes: rounded to nearest from the float tensor
+// (read once, whole), or, where the quantize stage set TensorPlan::rounded,
+// those integers and scales as they are. Throws
 // Error naming the tensor when a weight cannot be represented (non-finite,
 // beyond f16's range).
 struct QuantizedTensor {

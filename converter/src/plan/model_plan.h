@@ -10,12 +10,25 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "dtype.h"
 
 namespace ferry::conv {
+
+// A weight matrix already rounded onto an int8 / int4 grid by a
+// calibration-aware rounding (quantize/gptq.h): integers and scales of the
+// logical matrix [rows, cols] (w ~= q * scale).
+struct RoundedMatrix {
+  DType dtype = DType::F32;           // I8 or I4
+  uint32_t rows = 0, cols = 0;
+  std::vector<int8_t> q;              // [rows, cols], row-major
+  std::vector<float> row_scales;      // I8: [rows]
+  std::vector<uint16_t> group_scales; // I4: f16 bits, [rows, layout::group_count(cols)]
+  float value(uint32_t r, uint32_t k) const;  // q * its scale
+};
 
 // A tensor of the model, in PyTorch's logical shape and C order.
 struct TensorPlan {
@@ -31,6 +44,10 @@ struct TensorPlan {
   // offset (contiguous little-endian float32), which the writer may copy
   // file to file in the kernel instead of calling `fill`.
   int64_t source_offset = -1;
+  // Set by the quantize stage for a matrix whose dtype (I8 / I4) was
+  // rounded with calibration (dtype equal to this one's): pack/ stores these
+  // integers and scales instead of rounding `fill`'s values to nearest.
+  std::shared_ptr<const RoundedMatrix> rounded;
 
   uint64_t numel() const;  // throws Error when the shape overflows
 };
@@ -94,6 +111,15 @@ struct ErrorStatsPlan {
   std::string name;
   DType dtype = DType::F32;
   float max_abs = 0, rms = 0, cosine = 1;
+  std::string rounding;  // "nearest", "gptq" or "mixed" (int8 / int4 layers); not stored
+};
+// The report's comparison of the two roundings (converter output only, not
+// stored): every int8 / int4 layer at its final dtype rounded one way.
+struct RoundingReport {
+  std::string rounding;                // "nearest" or "gptq"
+  std::vector<ErrorStatsPlan> layers;  // each layer alone
+  ErrorStatsPlan model;
+  float drift_start_rms = 0, drift_end_rms = 0;
 };
 struct QuantizationPlan {
   std::string requested;  // "f16", "int8", "int4"
@@ -103,6 +129,8 @@ struct QuantizationPlan {
   std::vector<ErrorStatsPlan> layers;
   uint32_t drift_steps = 0;
   float drift_start_rms = 0, drift_end_rms = 0;
+  // Not stored: both roundings, when --calibration made GPTQ possible.
+  std::vector<RoundingReport> roundings;
 };
 
 struct ModelPlan {

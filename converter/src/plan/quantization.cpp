@@ -4,10 +4,8 @@
 #include "weight_layout.h"
 
 namespace ferry::conv {
-namespace {
 
-// The weight matrices of a layer (tensor indices).
-std::vector<int> matrices(const LayerPlan& l) {
+std::vector<int> weight_matrices(const LayerPlan& l) {
   std::vector<int> out;
   for (const CellPlan& c : l.cells) {
     for (int i : {c.w_ih, c.w_hh, c.w_hr})
@@ -17,7 +15,13 @@ std::vector<int> matrices(const LayerPlan& l) {
   return out;
 }
 
-}  // namespace
+const char* rounding_name(Rounding r) { return r == Rounding::Gptq ? "gptq" : "nearest"; }
+
+Rounding rounding_from_name(const std::string& name) {
+  if (name == "nearest") return Rounding::Nearest;
+  if (name == "gptq") return Rounding::Gptq;
+  throw Error("--rounding " + name + ": expected nearest or gptq");
+}
 
 DType precision_from_name(const std::string& name) {
   if (name == "f32") return DType::F32;
@@ -47,7 +51,7 @@ DType wider_precision(DType d) {
 std::vector<LayerPrecision> default_precisions(const ModelPlan& plan, DType requested) {
   std::vector<LayerPrecision> out;
   for (size_t li = 0; li < plan.layers.size(); ++li) {
-    const std::vector<int> m = matrices(plan.layers[li]);
+    const std::vector<int> m = weight_matrices(plan.layers[li]);
     if (m.empty()) continue;
     LayerPrecision p{static_cast<int>(li), requested, ""};
     uint64_t elements = 0;
@@ -72,7 +76,10 @@ std::vector<LayerPrecision> default_precisions(const ModelPlan& plan, DType requ
 
 void apply_precisions(ModelPlan& plan, const std::vector<LayerPrecision>& precisions) {
   for (const LayerPrecision& p : precisions) {
-    for (int i : matrices(plan.layers.at(static_cast<size_t>(p.layer)))) plan.tensors[static_cast<size_t>(i)].dtype = p.dtype;
+    for (int i : weight_matrices(plan.layers.at(static_cast<size_t>(p.layer)))) {
+      plan.tensors[static_cast<size_t>(i)].dtype = p.dtype;
+      plan.tensors[static_cast<size_t>(i)].rounded.reset();  // rounded to nearest unless the quantize stage sets it
+    }
   }
 }
 

@@ -2,120 +2,20 @@
 
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
+#include <map>
 #include <memory>
+#include <tuple>
 
 #include "error.h"
 #include "ferry/ferry.h"
-#include "io/npy.h"
-#include "plan/selftest_plan.h"
-#include "writer/model_writer.h"
+#include "quantize/evaluation.h"
+#include "quantize/gptq.h"
+#include "quantize/moments.h"
 
 namespace ferry::conv {
 namespace {
 
-constexpr uint32_t kSyntheticBatch = 8, kSyntheticSeq = 32;
-
-bool is_recurrent(LayerOp op) {
-  return op == LayerOp::LSTM || op == LayerOp::GRU || op == LayerOp::RNN_TANH || op == LayerOp::RNN_RELU;
-}
-
-std::string runtime_error(const char* what) { return std::string("internal: ") + what + ": " + ferry_last_error(); }
-
-// The evaluation input, in the model's layout.
-struct EvalInput {
-  std::vector<float> x;
-  size_t batch = 0, seq = 1;
-  std::string description;
-};
-
-EvalInput evaluation_input(const ModelPlan& plan, const QuantizeRequest& r) {
-  bool time_axis = false;
-  for (const LayerPlan& l : plan.layers) time_axis = time_axis || is_recurrent(l.op);
-  EvalInput in;
-  if (!r.calibration) {
-    in.batch = kSyntheticBatch;
-    in.seq = time_axis ? kSyntheticSeq : 1;
-    in.x = selftest_input(r.seed, in.batch * in.seq * plan.input_size);
-    char text[96];
-    std::snprintf(text, sizeof text, "synthetic uniform [-1, 1), seed %llu, batch %zu x %zu steps",
-                  static_cast<unsigned long long>(r.seed), in.batch, in.seq);
-    in.description = text;
-    return in;
-  }
-  NpyArray a = read_npy(*r.calibration);
-  const std::string& path = *r.calibration;
-  const size_t rank = time_axis ? 3 : 2;
-  if (a.shape.size() != rank || a.shape.back() != plan.input_size) {
-    std::string got;
-    for (size_t d : a.shape) got += (got.empty() ? "" : ",") + std::to_string(d);
-    throw Error("--calibration '" + path + "': shape [" + got + "], the model takes " +
-                (time_axis ? (plan.batch_first ? "[B,T," : "[T,B,") : "[B,") + std::to_string(plan.input_size) + "]");
-  }
-  in.batch = time_axis ? (plan.batch_first ? a.shape[0] : a.shape[1]) : a.shape[0];
-  in.seq = time_axis ? (plan.batch_first ? a.shape[1] : a.shape[0]) : 1;
-  if (in.batch == 0 || in.seq == 0) throw Error("--calibration '" + path + "': empty array");
-  for (float v : a.data)
-    if (!std::isfinite(v)) throw Error("--calibration '" + path + "': holds NaN or Inf");
-  in.x = std::move(a.data);
-  in.description = "calibration " + path.substr(path.rfind('/') == std::string::npos ? 0 : path.rfind('/') + 1);
-  return in;
-}
-
-// A model built in memory and loaded.
-class LoadedModel {
- public:
-  explicit LoadedModel(const ModelPlan& plan) {
-    ModelPlan p = plan;  // no self-test, no hashing: only the weights matter here
-    p.selftest = SelfTestPlan();
-    p.source_sha256_async = nullptr;
-    p.quantization = QuantizationPlan();
-    bytes_ = build_model(p);
-    if (ferry_model_load(bytes_.data(), bytes_.size(), nullptr, &model_) != FERRY_OK) {
-      throw Error(runtime_error("the runtime refuses the evaluation model"));
-    }
-  }
-  ~LoadedModel() { ferry_model_free(model_); }
-  LoadedModel(const LoadedModel&) = delete;
-  LoadedModel& operator=(const LoadedModel&) = delete;
-  const ferry_model* get() const { return model_; }
-
- private:
-  ModelBytes bytes_;
-  ferry_model* model_ = nullptr;
-};
-
-class Session {
- public:
-  Session(const ferry_model* m, size_t batch, size_t seq) {
-    ferry_session_options o;
-    ferry_session_options_init(&o);
-    o.max_batch = batch;
-    o.max_seq = seq;
-    size_t bytes = 0;
-    if (ferry_session_arena_size(m, &o, &bytes) != FERRY_OK) throw Error(runtime_error("arena size"));
-    arena_.reset(std::aligned_alloc(FERRY_ALIGNMENT, (bytes + FERRY_ALIGNMENT - 1) / FERRY_ALIGNMENT * FERRY_ALIGNMENT));
-    if (!arena_) throw Error("cannot allocate a " + std::to_string(bytes) + "-byte arena for the accuracy report");
-    if (ferry_session_init(m, &o, arena_.get(), bytes, &s_) != FERRY_OK) throw Error(runtime_error("session"));
-  }
-  ferry_session* get() const { return s_; }
-
- private:
-  std::unique_ptr<void, void (*)(void*)> arena_{nullptr, std::free};
-  ferry_session* s_ = nullptr;
-};
-
-std::vector<float> run(const ModelPlan& plan, const EvalInput& in) {
-  LoadedModel m(plan);
-  Session s(m.get(), in.batch, in.seq);
-  size_t n = 0;
-  if (ferry_output_floats(m.get(), in.batch, in.seq, &n) != FERRY_OK) throw Error(runtime_error("output size"));
-  std::vector<float> y(n);
-  if (ferry_run(s.get(), in.x.data(), in.batch, in.seq, nullptr, y.data(), y.size()) != FERRY_OK) {
-    throw Error(runtime_error("run"));
-  }
-  return y;
-}
+bool is_integer(DType d) { return d == DType::I8 || d == DType::I4; }
 
 ErrorStatsPlan compare(const std::string& name, DType dtype, const std::vector<float>& ref,
                        const std::vector<float>& got) {
@@ -137,45 +37,6 @@ ErrorStatsPlan compare(const std::string& name, DType dtype, const std::vector<f
   return e;
 }
 
-// A plan with only `precisions` applied (every other matrix F32).
-ModelPlan with_precisions(const ModelPlan& plan, const std::vector<LayerPrecision>& precisions) {
-  ModelPlan p = plan;
-  for (TensorPlan& t : p.tensors) t.dtype = DType::F32;
-  apply_precisions(p, precisions);
-  return p;
-}
-
-// Streams kDriftSteps steps of batch 1 through both models.
-void measure_drift(const ModelPlan& f32, const ModelPlan& quantized, const EvalInput& in, QuantizationPlan* q) {
-  LoadedModel a(f32), b(quantized);
-  ferry_model_info info;
-  info.struct_size = sizeof info;
-  if (ferry_model_get_info(a.get(), &info) != FERRY_OK) throw Error(runtime_error("model info"));
-  if (!info.streamable || !info.has_time_axis) return;
-  Session sa(a.get(), 1, 1), sb(b.get(), 1, 1);
-  const size_t I = info.input_size, O = info.output_size;
-  // The input's steps sample by sample, cycled: real data when calibrated.
-  const size_t rows = in.batch * in.seq;
-  std::vector<float> ya(O), yb(O);
-  const size_t window = kDriftSteps / 100;
-  double start = 0, end = 0;
-  for (uint32_t t = 0; t < kDriftSteps; ++t) {
-    const size_t r = t % rows, sample = r / in.seq, step = r % in.seq;
-    const size_t at = f32.batch_first ? sample * in.seq + step : step * in.batch + sample;
-    const float* x = in.x.data() + at * I;
-    if (ferry_step(sa.get(), x, 1, ya.data(), O) != FERRY_OK || ferry_step(sb.get(), x, 1, yb.data(), O) != FERRY_OK) {
-      throw Error(runtime_error("step"));
-    }
-    double sq = 0;
-    for (size_t i = 0; i < O; ++i) sq += (static_cast<double>(yb[i]) - ya[i]) * (static_cast<double>(yb[i]) - ya[i]);
-    if (t < window) start += sq;
-    if (t >= kDriftSteps - window) end += sq;
-  }
-  q->drift_steps = kDriftSteps;
-  q->drift_start_rms = static_cast<float>(std::sqrt(start / (window * O)));
-  q->drift_end_rms = static_cast<float>(std::sqrt(end / (window * O)));
-}
-
 DType smallest(const std::vector<LayerPrecision>& precisions) {
   DType d = DType::F32;
   const auto bits = [](DType x) { return x == DType::I4 ? 4 : x == DType::I8 ? 8 : x == DType::F16 ? 16 : 32; };
@@ -184,27 +45,164 @@ DType smallest(const std::vector<LayerPrecision>& precisions) {
   return d;
 }
 
+// "nearest" / "gptq" when every int8 / int4 layer is rounded so, "mixed"
+// otherwise, "" without such layers.
+std::string rounding_label(const std::vector<LayerPrecision>& precisions) {
+  std::string label;
+  for (const LayerPrecision& p : precisions) {
+    if (!is_integer(p.dtype)) continue;
+    const std::string r = rounding_name(p.rounding);
+    label = label.empty() || label == r ? r : "mixed";
+  }
+  return label;
+}
+
+// Plans with precisions applied, GPTQ's roundings computed once per
+// (matrix, dtype) from the moments, collected once.
+class Configurations {
+ public:
+  Configurations(const ModelPlan& plan, const EvalInput& in, const std::vector<LayerPrecision>& layers, bool gptq)
+      : plan_(plan) {
+    if (!gptq) return;
+    std::vector<int> which;
+    for (const LayerPrecision& p : layers)
+      if (p.dtype != DType::F32) which.push_back(p.layer);  // any of them may end int8 / int4
+    moments_ = collect_moments(plan, in, which);
+  }
+
+  // The plan with only `precisions` applied (every other matrix F32).
+  ModelPlan with(const std::vector<LayerPrecision>& precisions) {
+    ModelPlan p = plan_;
+    for (TensorPlan& t : p.tensors) {
+      t.dtype = DType::F32;
+      t.rounded.reset();
+    }
+    apply(p, precisions);
+    return p;
+  }
+
+  // apply_precisions, and GPTQ's integers where a layer asks for them.
+  void apply(ModelPlan& p, const std::vector<LayerPrecision>& precisions) {
+    apply_precisions(p, precisions);
+    for (const LayerPrecision& lp : precisions) {
+      if (!is_integer(lp.dtype) || lp.rounding != Rounding::Gptq) continue;
+      for (int i : weight_matrices(p.layers.at(static_cast<size_t>(lp.layer)))) {
+        p.tensors[static_cast<size_t>(i)].rounded = rounded(i, lp.dtype);
+      }
+    }
+  }
+
+ private:
+  std::shared_ptr<const RoundedMatrix> rounded(int tensor, DType dtype) {
+    auto& slot = cache_[{tensor, dtype}];
+    if (slot) return slot;
+    const TensorPlan& t = plan_.tensors.at(static_cast<size_t>(tensor));
+    auto m = moments_.find(tensor);
+    if (m == moments_.end() || t.shape.size() != 2) throw Error("internal: no calibration moments for '" + t.name + "'");
+    std::vector<float> w(static_cast<size_t>(t.numel()));
+    t.fill(w.data(), 0, w.size());
+    slot = std::make_shared<const RoundedMatrix>(round_gptq(t.name, w.data(), t.shape[0], t.shape[1], dtype,
+                                                            m->second.matrix()));
+    return slot;
+  }
+
+  const ModelPlan& plan_;
+  std::map<int, InputMoments> moments_;
+  std::map<std::pair<int, DType>, std::shared_ptr<const RoundedMatrix>> cache_;
+};
+
+// Streams kDriftSteps steps of batch 1 through the fp32 model and each of
+// `quantized`, in lockstep; one (start, end) RMS pair per quantized plan.
+std::vector<std::pair<float, float>> measure_drift(const ModelPlan& f32, const std::vector<ModelPlan>& quantized,
+                                                   const EvalInput& in, uint32_t* steps) {
+  LoadedModel a(f32);
+  ferry_model_info info;
+  info.struct_size = sizeof info;
+  if (ferry_model_get_info(a.get(), &info) != FERRY_OK) throw Error(runtime_error("model info"));
+  *steps = 0;
+  if (!info.streamable || !info.has_time_axis) return {};
+  *steps = kDriftSteps;
+  std::vector<std::unique_ptr<LoadedModel>> models;
+  std::vector<std::unique_ptr<Session>> sessions;
+  for (const ModelPlan& q : quantized) {
+    models.push_back(std::make_unique<LoadedModel>(q));
+    sessions.push_back(std::make_unique<Session>(models.back()->get(), 1, 1));
+  }
+  Session sa(a.get(), 1, 1);
+  const size_t I = info.input_size, O = info.output_size;
+  // The input's steps sample by sample, cycled: real data when calibrated.
+  const size_t rows = in.batch * in.seq;
+  std::vector<float> ya(O), yb(O);
+  const size_t window = kDriftSteps / 100;
+  std::vector<double> start(quantized.size(), 0.0), end(quantized.size(), 0.0);
+  for (uint32_t t = 0; t < kDriftSteps; ++t) {
+    const size_t r = t % rows, sample = r / in.seq, step = r % in.seq;
+    const size_t at = f32.batch_first ? sample * in.seq + step : step * in.batch + sample;
+    const float* x = in.x.data() + at * I;
+    if (ferry_step(sa.get(), x, 1, ya.data(), O) != FERRY_OK) throw Error(runtime_error("step"));
+    for (size_t m = 0; m < sessions.size(); ++m) {
+      if (ferry_step(sessions[m]->get(), x, 1, yb.data(), O) != FERRY_OK) throw Error(runtime_error("step"));
+      double sq = 0;
+      for (size_t i = 0; i < O; ++i) sq += (static_cast<double>(yb[i]) - ya[i]) * (static_cast<double>(yb[i]) - ya[i]);
+      if (t < window) start[m] += sq;
+      if (t >= kDriftSteps - window) end[m] += sq;
+    }
+  }
+  std::vector<std::pair<float, float>> out;
+  for (size_t m = 0; m < quantized.size(); ++m) {
+    out.emplace_back(static_cast<float>(std::sqrt(start[m] / (window * O))),
+                     static_cast<float>(std::sqrt(end[m] / (window * O))));
+  }
+  return out;
+}
+
 }  // namespace
 
 QuantizeOutcome quantize_plan(ModelPlan& plan, const QuantizeRequest& request) {
   QuantizeOutcome out;
-  for (TensorPlan& t : plan.tensors) t.dtype = DType::F32;
+  for (TensorPlan& t : plan.tensors) {
+    t.dtype = DType::F32;
+    t.rounded.reset();
+  }
   out.precisions = default_precisions(plan, request.dtype);
   QuantizationPlan& q = out.report;
   q.requested = precision_name(request.dtype);
   q.max_error = request.max_error.value_or(0.0f);
   const EvalInput in = evaluation_input(plan, request);
   q.input = in.description;
-  const std::vector<float> ref = run(plan, in);
+  if (request.rounding == Rounding::Gptq && !in.calibrated) {
+    throw Error("--rounding gptq needs --calibration X.npy: GPTQ weighs each weight by the inputs it meets");
+  }
+  // Both roundings exist where calibration data does and int8 / int4 may be used.
+  const bool both = in.calibrated && (is_integer(request.dtype) || request.rounding.has_value());
+  const Rounding preferred = request.rounding.value_or(both ? Rounding::Gptq : Rounding::Nearest);
+  const bool may_switch = both && !request.rounding;  // --fallback may take the other rounding
+  for (LayerPrecision& p : out.precisions) p.rounding = preferred;
+  const std::vector<float> ref = run_plan(plan, in);
+  Configurations configs(plan, in, out.precisions, both);
 
-  // Each layer alone at its dtype: its sensitivity (and the fallback's order).
-  const auto layer_error = [&](const LayerPrecision& p) {
-    if (p.dtype == DType::F32) return compare(plan.layers[p.layer].name, DType::F32, ref, ref);
-    return compare(plan.layers[p.layer].name, p.dtype, ref, run(with_precisions(plan, {p}), in));
+  // Each layer alone at its dtype and rounding: its sensitivity (and the
+  // fallback's order); measured once per (layer, dtype, rounding).
+  std::map<std::tuple<int, DType, Rounding>, ErrorStatsPlan> alone_cache;
+  const auto layer_error = [&](LayerPrecision p) {
+    if (!is_integer(p.dtype)) p.rounding = Rounding::Nearest;  // no rounding choice
+    auto& slot = alone_cache[{p.layer, p.dtype, p.rounding}];
+    if (slot.name.empty()) {
+      const std::string& name = plan.layers[static_cast<size_t>(p.layer)].name;
+      slot = p.dtype == DType::F32 ? compare(name, DType::F32, ref, ref)
+                                   : compare(name, p.dtype, ref, run_plan(configs.with({p}), in));
+      if (is_integer(p.dtype)) slot.rounding = rounding_name(p.rounding);
+    }
+    return slot;
+  };
+  const auto model_error = [&](const std::vector<LayerPrecision>& precisions) {
+    ErrorStatsPlan e = compare("model", smallest(precisions), ref, run_plan(configs.with(precisions), in));
+    e.rounding = rounding_label(precisions);
+    return e;
   };
   std::vector<ErrorStatsPlan> alone;
   for (const LayerPrecision& p : out.precisions) alone.push_back(layer_error(p));
-  ErrorStatsPlan model = compare("model", smallest(out.precisions), ref, run(with_precisions(plan, out.precisions), in));
+  ErrorStatsPlan model = model_error(out.precisions);
   while (request.max_error && !(model.max_abs <= *request.max_error)) {
     // The layer whose error alone is largest, among those still quantized.
     int worst = -1;
@@ -212,7 +210,7 @@ QuantizeOutcome quantize_plan(ModelPlan& plan, const QuantizeRequest& request) {
       if (out.precisions[i].dtype == DType::F32) continue;
       if (worst < 0 || alone[i].max_abs > alone[static_cast<size_t>(worst)].max_abs) worst = static_cast<int>(i);
     }
-    char text[256];
+    char text[320];
     if (!request.fallback || worst < 0) {
       std::snprintf(text, sizeof text,
                     "the quantized model's max abs error %.3g exceeds --max-error %.3g (%s)%s", model.max_abs,
@@ -220,21 +218,83 @@ QuantizeOutcome quantize_plan(ModelPlan& plan, const QuantizeRequest& request) {
                     request.fallback ? "" : "; pass --fallback to keep the most sensitive layers wider");
       throw Error(text);
     }
-    LayerPrecision& p = out.precisions[static_cast<size_t>(worst)];
+    const size_t w = static_cast<size_t>(worst);
+    LayerPrecision& p = out.precisions[w];
     const DType from = p.dtype;
+    const std::string& name = plan.layers[static_cast<size_t>(p.layer)].name;
+    if (may_switch && is_integer(from)) {
+      LayerPrecision other = p;
+      other.rounding = p.rounding == Rounding::Gptq ? Rounding::Nearest : Rounding::Gptq;
+      const ErrorStatsPlan e = layer_error(other);
+      if (e.max_abs < alone[w].max_abs) {
+        std::snprintf(text, sizeof text,
+                      "%s: %s %s -> %s %s (model max abs error %.3g > %.3g; this layer alone gave %.3g, %.3g "
+                      "rounded %s)",
+                      name.c_str(), precision_name(from), rounding_name(p.rounding), precision_name(from),
+                      rounding_name(other.rounding), model.max_abs, *request.max_error, alone[w].max_abs, e.max_abs,
+                      rounding_name(other.rounding));
+        out.decisions.push_back(text);
+        p.rounding = other.rounding;
+        p.reason = std::string("rounded ") + rounding_name(p.rounding) + " to meet --max-error";
+        alone[w] = e;
+        model = model_error(out.precisions);
+        continue;
+      }
+    }
     p.dtype = wider_precision(from);
+    p.rounding = preferred;
     std::snprintf(text, sizeof text, "%s: %s -> %s (model max abs error %.3g > %.3g; this layer alone gave %.3g)",
-                  plan.layers[p.layer].name.c_str(), precision_name(from), precision_name(p.dtype), model.max_abs,
-                  *request.max_error, alone[static_cast<size_t>(worst)].max_abs);
+                  name.c_str(), precision_name(from), precision_name(p.dtype), model.max_abs, *request.max_error,
+                  alone[w].max_abs);
     out.decisions.push_back(text);
     p.reason = "fallback from " + std::string(precision_name(from)) + " to meet --max-error";
-    alone[static_cast<size_t>(worst)] = layer_error(p);
-    model = compare("model", smallest(out.precisions), ref, run(with_precisions(plan, out.precisions), in));
+    alone[w] = layer_error(p);
+    model = model_error(out.precisions);
   }
   q.model = model;
   q.layers = alone;
-  apply_precisions(plan, out.precisions);
-  measure_drift(with_precisions(plan, {}), plan, in, &q);
+
+  // Both roundings at the final dtypes, where there was a choice.
+  std::vector<std::vector<LayerPrecision>> streamed = {out.precisions};
+  bool any_integer = false;
+  for (const LayerPrecision& p : out.precisions) any_integer = any_integer || is_integer(p.dtype);
+  if (both && any_integer) {
+    for (Rounding r : {Rounding::Nearest, Rounding::Gptq}) {
+      std::vector<LayerPrecision> all = out.precisions;
+      for (LayerPrecision& p : all) p.rounding = r;
+      RoundingReport rr;
+      rr.rounding = rounding_name(r);
+      for (const LayerPrecision& p : all) rr.layers.push_back(layer_error(p));
+      rr.model = rounding_label(all) == rounding_label(out.precisions) ? model : model_error(all);
+      q.roundings.push_back(rr);
+      streamed.push_back(all);
+    }
+  }
+  // The drift of the written model and of each rounding (one stream each,
+  // the fp32 model's alongside).
+  std::vector<ModelPlan> plans;
+  std::vector<size_t> stream_of(streamed.size());
+  std::vector<std::string> labels;
+  for (size_t i = 0; i < streamed.size(); ++i) {
+    const std::string label = rounding_label(streamed[i]);
+    size_t j = 0;
+    while (j < labels.size() && labels[j] != label) ++j;
+    if (j == labels.size()) {
+      labels.push_back(label);
+      plans.push_back(configs.with(streamed[i]));
+    }
+    stream_of[i] = j;
+  }
+  const std::vector<std::pair<float, float>> drift = measure_drift(configs.with({}), plans, in, &q.drift_steps);
+  if (q.drift_steps) {
+    q.drift_start_rms = drift[stream_of[0]].first;
+    q.drift_end_rms = drift[stream_of[0]].second;
+    for (size_t i = 1; i < streamed.size(); ++i) {
+      q.roundings[i - 1].drift_start_rms = drift[stream_of[i]].first;
+      q.roundings[i - 1].drift_end_rms = drift[stream_of[i]].second;
+    }
+  }
+  configs.apply(plan, out.precisions);
   plan.quantization = q;
   return out;
 }

@@ -16,6 +16,16 @@
 // model beyond E is refused (Error, nothing written). With it, the layer
 // whose error alone is largest moves one rung up int4 -> int8 -> f16 -> f32,
 // and again, until the model is within E; every move is reported.
+//
+// Rounding (int8 / int4 layers): with --calibration, GPTQ on the
+// calibration moments (quantize/gptq.h, quantize/moments.h) unless
+// --rounding nearest; without, to nearest (--rounding gptq is refused:
+// synthetic inputs say nothing about the weights' real inputs). With
+// calibration both roundings are measured and reported (each layer alone,
+// the model, the drift); --fallback, unless --rounding pins one, first
+// moves the layer to the other rounding where that alone gave it a smaller
+// error, and only then a dtype up. GPTQ runs once per (matrix, dtype); the
+// moments once per conversion.
 #pragma once
 
 #include <cstdint>
@@ -33,6 +43,7 @@ constexpr uint32_t kDriftSteps = 10000;
 struct QuantizeRequest {
   DType dtype = DType::F32;               // F32: no quantization
   std::optional<std::string> calibration; // --calibration X.npy
+  std::optional<Rounding> rounding;       // --rounding; default gptq with calibration, else nearest
   std::optional<float> max_error;         // --max-error E
   bool fallback = false;                  // --fallback
   uint64_t seed = 0x5eed;                 // synthetic input

@@ -20,7 +20,9 @@
 //         and q = 0. |d| > 65504 (a weight beyond 524032) is an error.
 // Non-finite weights are an error for every type, and so is an int8 matrix
 // wider than layout::kMaxI8Cols (return false; the output is then
-// incomplete and must not be written).
+// incomplete and must not be written). store_i8_panel8x4 and
+// store_i4_panel8x8q4 write integers and scales chosen elsewhere (the
+// converter's calibration-aware rounding) into the same layouts.
 #pragma once
 
 #include <stdint.h>
@@ -118,6 +120,60 @@ inline bool quantize_i4_panel8x8q4(const float* w, uint32_t gates, uint32_t unit
           q = q > 7 ? 7 : q < -8 ? -8 : q;
           layout::panel8x8q4_store(out, gates, cols, g, u, k, q);
         }
+      }
+    }
+  }
+  return true;
+}
+
+// Storing integers already chosen (the converter's calibration-aware
+// rounding, converter/src/quantize/gptq.h, picks q and the scales itself):
+// `q` is the logical row-major matrix [G*units, K] of integers on the grid
+// above, `row_scales` one float per logical row (int8), `group_scales` the
+// f16 bits of one scale per (logical row, group of 32 k), row-major
+// [G*units, group_count(K)] (int4). Padding is written as the quantizers
+// above write it. Returns false when a q lies off its grid or a scale is
+// zero or not finite (the output is then incomplete and must not be
+// written).
+inline bool store_i8_panel8x4(const int8_t* q, const float* row_scales, uint32_t gates, uint32_t units,
+                              uint32_t cols, int8_t* out, float* scales) {
+  if (cols > layout::kMaxI8Cols) return false;
+  const uint64_t n = layout::panel8x4_bytes(gates, units, cols);
+  for (uint64_t i = 0; i < n; ++i) out[i] = 0;
+  for (uint64_t i = 0; i < layout::row_scale_elements(gates, units); ++i) scales[i] = 1.0f;
+  for (uint32_t g = 0; g < gates; ++g) {
+    for (uint32_t u = 0; u < units; ++u) {
+      const uint64_t r = uint64_t{g} * units + u;
+      if (!finite(row_scales[r]) || row_scales[r] == 0.0f) return false;
+      scales[layout::gate_column(gates, g, u)] = row_scales[r];
+      for (uint32_t k = 0; k < cols; ++k) {
+        const int v = q[r * cols + k];
+        if (v < -127 || v > 127) return false;
+        out[layout::panel8x4_index(gates, cols, g, u, k)] = static_cast<int8_t>(v);
+      }
+    }
+  }
+  return true;
+}
+
+inline bool store_i4_panel8x8q4(const int8_t* q, const uint16_t* group_scales, uint32_t gates, uint32_t units,
+                                uint32_t cols, uint8_t* out, uint16_t* scales) {
+  const uint64_t n = layout::panel8x8q4_bytes(gates, units, cols);
+  for (uint64_t i = 0; i < n; ++i) out[i] = 0x88;
+  for (uint64_t i = 0; i < layout::group_scale_elements(gates, units, cols); ++i) scales[i] = 0x3c00;
+  const uint64_t groups = layout::group_count(cols);
+  for (uint32_t g = 0; g < gates; ++g) {
+    for (uint32_t u = 0; u < units; ++u) {
+      const uint64_t r = uint64_t{g} * units + u;
+      for (uint64_t gi = 0; gi < groups; ++gi) {
+        const float d = layout::float_from_half(group_scales[r * groups + gi]);
+        if (!finite(d) || d == 0.0f) return false;
+        scales[layout::group_scale_index(gates, cols, g, u, gi)] = group_scales[r * groups + gi];
+      }
+      for (uint32_t k = 0; k < cols; ++k) {
+        const int v = q[r * cols + k];
+        if (v < -8 || v > 7) return false;
+        layout::panel8x8q4_store(out, gates, cols, g, u, k, v);
       }
     }
   }
