@@ -1,6 +1,7 @@
-// ferry inspect FILE: a checkpoint (its form, tensors, attributes, the
-// modules they make and what is ignored) or a .fb model (its layers,
-// tensors, sizes and provenance).
+// ferry inspect FILE [--json]: a checkpoint (its form, tensors, attributes,
+// the modules they make and what is ignored) or a .fb model (its layers,
+// tensors, sizes, provenance, and the backends that run it: backends.h);
+// --json: a .fb model's summary as one JSON object.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -10,6 +11,7 @@
 #include <vector>
 
 #include "args.h"
+#include "backends.h"
 #include "checkpoint/checkpoint.h"
 #include "cli_model.h"
 #include "commands.h"
@@ -75,16 +77,68 @@ void print_quantization(const ferry::fb::Quantization* q) {
   }
 }
 
+// A JSON string literal.
+std::string json_string(const std::string& s) {
+  std::string out = "\"";
+  for (const char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char esc[8];
+      std::snprintf(esc, sizeof esc, "\\u%04x", static_cast<unsigned>(static_cast<unsigned char>(c)));
+      out += esc;
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+// `inspect --json` of a .fb model: the summary a script needs, one object.
+int inspect_model_json(const std::string& path) {
+  LoadedModel lm(path);
+  const auto* m = ferry::fb::GetModel(lm.file.data());
+  const std::vector<BackendVerdict> verdicts = backends_for(lm.model);
+  std::string layers, runs, detail;
+  for (uint32_t i = 0; i < m->layers()->size(); ++i) {
+    const auto* l = m->layers()->Get(i);
+    layers += std::string(i ? ", " : "") + "{\"kind\": " + json_string(ferry::fb::EnumNameLayerKind(l->kind())) +
+              ", \"name\": " + json_string(l->name() ? l->name()->c_str() : "") +
+              ", \"in\": " + std::to_string(l->input_size()) + ", \"out\": " + std::to_string(l->output_size()) + "}";
+  }
+  for (const BackendVerdict& v : verdicts) {
+    if (v.runs) runs += std::string(runs.empty() ? "" : ", ") + json_string(v.name);
+    detail += std::string(detail.empty() ? "" : ", ") + "{\"name\": " + json_string(v.name) +
+              ", \"runs\": " + (v.runs ? "true" : "false") + ", \"note\": " + json_string(v.note) +
+              ", \"reason\": " + json_string(v.reason) + "}";
+  }
+  std::printf("{\"file\": %s, \"format\": \"%u.%u\", \"bytes\": %zu, \"input_size\": %u, \"output_size\": %u, "
+              "\"layout\": \"%s\", \"output_is_sequence\": %s, \"layers\": [%s], \"backends\": [%s], "
+              "\"backend_detail\": [%s]}\n",
+              json_string(path).c_str(), m->format_major(), m->format_minor(), lm.file.size(), m->input_size(),
+              m->output_size(), m->channels_first() ? "bft" : m->batch_first() ? "btf" : "tbf",
+              m->output_is_sequence() ? "true" : "false", layers.c_str(), runs.c_str(), detail.c_str());
+  return 0;
+}
+
 int inspect_model(const std::string& path) {
   LoadedModel lm(path);
   const auto* m = ferry::fb::GetModel(lm.file.data());
   std::printf("%s: ferry model, format %u.%u, %zu bytes\n", path.c_str(), m->format_major(),
               m->format_minor(), lm.file.size());
   std::printf("input    %u features, %s\n", m->input_size(),
-              m->batch_first() ? "batch-first [B,T,F]" : "time-major [T,B,F]");
+              m->channels_first() ? "channels-first [B,F,T]"
+              : m->batch_first()  ? "batch-first [B,T,F]"
+                                  : "time-major [T,B,F]");
   std::printf("output   %u features%s\n", m->output_size(), m->output_is_sequence() ? " per time step" : " ([B,F])");
   std::printf("arena    %llu bytes for streaming at batch 1\n",
               static_cast<unsigned long long>(m->arena_bytes_stream_b1()));
+  const std::vector<BackendVerdict> verdicts = backends_for(lm.model);
+  std::printf("backends  %s\n", backends_line(verdicts).c_str());
+  for (const BackendVerdict& v : verdicts) {
+    if (!v.runs) std::printf("          %s does not run it: %s\n", v.name.c_str(), v.reason.c_str());
+  }
   for (uint32_t i = 0; i < m->layers()->size(); ++i) {
     const auto* l = m->layers()->Get(i);
     std::printf("layer %u  %-10s %-8s %u -> %u", i, l->name() ? l->name()->c_str() : "",
@@ -160,13 +214,17 @@ int inspect_checkpoint(const std::string& path, const std::string& key) {
 }  // namespace
 
 int cmd_inspect(int argc, char** argv) {
-  Args args(argc, argv, 2, {"--key"}, {});
+  Args args(argc, argv, 2, {"--key"}, {"--json"});
   if (args.positional.size() != 1) throw UsageError("inspect takes one FILE");
   const std::string& path = args.positional[0];
   bool is_model = false;
   {
     MappedFile f(path);
     is_model = f.size() >= 8 && std::memcmp(f.data() + 4, ferry::fb::ModelIdentifier(), 4) == 0;
+  }
+  if (args.has("--json")) {
+    if (!is_model) throw UsageError("inspect --json: '" + path + "' is not a .fb model (--json describes models)");
+    return inspect_model_json(path);
   }
   return is_model ? inspect_model(path) : inspect_checkpoint(path, args.get("--key").value_or(""));
 }
