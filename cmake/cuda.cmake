@@ -21,6 +21,18 @@ set(FERRY_CUDA_HOST_SOURCES
   ${PROJECT_SOURCE_DIR}/runtime/src/backend/cuda/plan.cpp
   ${PROJECT_SOURCE_DIR}/runtime/src/backend/cuda/executor.cpp)
 
+# `ferry inspect` asks the CUDA plan (plan.cpp, plain C++) which files the
+# backend runs, in every build: without FERRY_CUDA it is compiled into the
+# CLI, which then says "cuda (not in this build)".
+if(TARGET ferry_cli)
+  target_include_directories(ferry_cli PRIVATE ${PROJECT_SOURCE_DIR}/runtime/src)
+  if(FERRY_CUDA)
+    target_compile_definitions(ferry_cli PRIVATE FERRY_CLI_HAVE_CUDA=1)
+  else()
+    target_sources(ferry_cli PRIVATE ${PROJECT_SOURCE_DIR}/runtime/src/backend/cuda/plan.cpp)
+  endif()
+endif()
+
 if(NOT FERRY_CUDA)
   return()
 endif()
@@ -85,7 +97,11 @@ message(STATUS "ferry: CUDA backend with nvcc ${CMAKE_CUDA_COMPILER_VERSION}, ar
 # Whole-program compilation (no -rdc): the cooperative grid sync of CUDA 11+
 # needs no device link, and the static library needs no device-link step.
 set(_ferry_cuda_dir ${PROJECT_SOURCE_DIR}/runtime/src/backend/cuda)
-add_library(ferry_cuda_kernels OBJECT ${_ferry_cuda_dir}/kernels.cu)
+# kernels.cu: the matrix products; recurrent.cu: the recurrence, per weight
+# type; ops.cu: the chain's other ops (three files: nvcc builds them side by
+# side).
+add_library(ferry_cuda_kernels OBJECT ${_ferry_cuda_dir}/kernels.cu ${_ferry_cuda_dir}/recurrent.cu
+                                      ${_ferry_cuda_dir}/ops.cu)
 set_target_properties(ferry_cuda_kernels PROPERTIES CUDA_STANDARD 17 CUDA_STANDARD_REQUIRED ON)
 if(NOT CMAKE_SYSTEM_NAME STREQUAL "Generic")
   set_target_properties(ferry_cuda_kernels PROPERTIES POSITION_INDEPENDENT_CODE ON)

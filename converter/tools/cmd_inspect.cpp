@@ -1,6 +1,7 @@
-// ferry inspect FILE: a checkpoint (its form, tensors, attributes, the
-// modules they make and what is ignored) or a .fb model (its layers,
-// tensors, sizes and provenance).
+// ferry inspect FILE [--json]: a checkpoint (its form, tensors, attributes,
+// the modules they make and what is ignored) or a .fb model (its layers,
+// tensors, sizes, provenance, and the backends that run it: backends.h);
+// --json: a .fb model's summary as one JSON object.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -10,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "backends.h"
 #include "checkpoint/checkpoint.h"
 #include "cli_model.h"
 #include "commands.h"
@@ -75,16 +77,68 @@ void print_quantization(const ferry::fb::Quantization* q) {
   }
 }
 
+// A JSON string literal.
+std::string json_string(const std::string& s) {
+  std::string out = "\"";
+  for (const char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char esc[8];
+      std::snprintf(esc, sizeof esc, "\\u%04x", static_cast<unsigned>(static_cast<unsigned char>(c)));
+      out += esc;
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+// `inspect --json` of a .fb model: the summary a script needs, one object.
+int inspect_model_json(const std::string& path) {
+  LoadedModel lm(path);
+  const auto* m = ferry::fb::GetModel(lm.file.data());
+  const std::vector<BackendVerdict> verdicts = backends_for(lm.model);
+  std::string layers, runs, detail;
+  for (uint32_t i = 0; i < m->layers()->size(); ++i) {
+    const auto* l = m->layers()->Get(i);
+    layers += std::string(i ? ", " : "") + "{\"kind\": " + json_string(ferry::fb::EnumNameLayerKind(l->kind())) +
+              ", \"name\": " + json_string(l->name() ? l->name()->c_str() : "") +
+              ", \"in\": " + std::to_string(l->input_size()) + ", \"out\": " + std::to_string(l->output_size()) + "}";
+  }
+  for (const BackendVerdict& v : verdicts) {
+    if (v.runs) runs += std::string(runs.empty() ? "" : ", ") + json_string(v.name);
+    detail += std::string(detail.empty() ? "" : ", ") + "{\"name\": " + json_string(v.name) +
+              ", \"runs\": " + (v.runs ? "true" : "false") + ", \"note\": " + json_string(v.note) +
+              ", \"reason\": " + json_string(v.reason) + "}";
+  }
+  std::printf("{\"file\": %s, \"format\": \"%u.%u\", \"bytes\": %zu, \"input_size\": %u, \"output_size\": %u, "
+              "\"layout\": \"%s\", \"output_is_sequence\": %s, \"layers\": [%s], \"backends\": [%s], "
+              "\"backend_detail\": [%s]}\n",
+              json_string(path).c_str(), m->format_major(), m->format_minor(), lm.file.size(), m->input_size(),
+              m->output_size(), m->channels_first() ? "bft" : m->batch_first() ? "btf" : "tbf",
+              m->output_is_sequence() ? "true" : "false", layers.c_str(), runs.c_str(), detail.c_str());
+  return 0;
+}
+
 int inspect_model(const std::string& path) {
   LoadedModel lm(path);
   const auto* m = ferry::fb::GetModel(lm.file.data());
   std::printf("%s: ferry model, format %u.%u, %zu bytes\n", path.c_str(), m->format_major(),
               m->format_minor(), lm.file.size());
   std::printf("input    %u features, %s\n", m->input_size(),
-              m->batch_first() ? "batch-first [B,T,F]" : "time-major [T,B,F]");
+              m->channels_first() ? "channels-first [B,F,T]"
+              : m->batch_first()  ? "batch-first [B,T,F]"
+                                  : "time-major [T,B,F]");
   std::printf("output   %u features%s\n", m->output_size(), m->output_is_sequence() ? " per time step" : " ([B,F])");
   std::printf("arena    %llu bytes for streaming at batch 1\n",
               static_cast<unsigned long long>(m->arena_bytes_stream_b1()));
+  const std::vector<BackendVerdict> verdicts = backends_for(lm.model);
+  std::printf("backends  %s\n", backends_line(verdicts).c_str());
+  for (const BackendVerdict& v : verdicts) {
+    if (!v.runs) std::printf("          %s does not run it: %s\n", v.name.c_str(), v.reason.c_str());
+  }
   for (uint32_t i = 0; i < m->layers()->size(); ++i) {
     const auto* l = m->layers()->Get(i);
     std::printf("layer %u  %-10s %-8s %u -> %u", i, l->name() ? l->name()->c_str() : "",
@@ -157,11 +211,15 @@ int inspect_checkpoint(const std::string& path, const std::string& key) {
   return 0;
 }
 
-int run_inspect(const std::string& path, const std::string& key) {
+int run_inspect(const std::string& path, const std::string& key, bool json) {
   bool is_model = false;
   {
     MappedFile f(path);
     is_model = f.size() >= 8 && std::memcmp(f.data() + 4, ferry::fb::ModelIdentifier(), 4) == 0;
+  }
+  if (json) {
+    if (!is_model) throw UsageError("inspect --json: '" + path + "' is not a .fb model (--json describes models)");
+    return inspect_model_json(path);
   }
   return is_model ? inspect_model(path) : inspect_checkpoint(path, key);
 }
@@ -171,15 +229,17 @@ int run_inspect(const std::string& path, const std::string& key) {
 Action declare_inspect(CLI::App& app) {
   struct Options {
     std::string file, key;
+    bool json = false;
   };
   auto o = std::make_shared<Options>();
   app.footer(
       "A checkpoint: its form, every tensor (dtype, shape, location, bytes, storage), the hyper-parameters it\n"
       "records, the modules they make and what is ignored. A model file: its layers, tensors, sizes, arena\n"
-      "size and provenance.");
+      "size, provenance and the backends that run it.");
   app.add_option("FILE", o->file, "A checkpoint or a model file")->type_name("PATH")->required();
   app.add_option("--key", o->key, "The entry of a checkpoint dict that holds the model")->type_name("NAME");
-  return [o] { return run_inspect(o->file, o->key); };
+  app.add_flag("--json", o->json, "Print one JSON object (model files)");
+  return [o] { return run_inspect(o->file, o->key, o->json); };
 }
 
 }  // namespace ferry::cli

@@ -201,6 +201,17 @@ TEST_P(BadCatalogue, IsHandled) {
   }
   expect_refused(r, e);
   expect_only(dir, {"x.npy"});
+  // The CUDA backend reads the same loader's view: a file the loader
+  // refuses is refused with the same message before any backend (or GPU)
+  // is asked, in every build.
+  if (e.tool == "model") {
+    const CommandResult c = run_ferry("run " + shell_quote(path) + " --input " + shell_quote(dir / "x.npy") +
+                                          " --output " + shell_quote(dir / "y.npy") + " --quiet --backend cuda",
+                                      dir);
+    expect_refused(c, e);
+    EXPECT_EQ(c.err, r.err) << "--backend cuda and the default backend refuse it alike";
+    expect_only(dir, {"x.npy"});
+  }
 }
 
 std::string entry_name(const ::testing::TestParamInfo<Entry>& info) {

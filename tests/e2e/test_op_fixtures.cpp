@@ -1,7 +1,8 @@
 // End to end against PyTorch for the format 1.2 ops (tests/fixtures/ops,
 // made by make_op_fixtures.py with torch): every entry is converted with
 // `ferry convert` (its --graph, or none where the chain is read from
-// TorchScript code), run on every CPU backend this build has, and compared
+// TorchScript code), run on every backend this build and machine have (the
+// CPU ones, and cuda where a GPU is visible), and compared
 // with PyTorch's output within the entry's tolerance. Causal entries also run
 // step by step (ferry_step), which must equal the whole-sequence run bit for
 // bit; a model whose conv looks ahead must refuse to stream, saying why.
@@ -118,13 +119,16 @@ std::string lengths_flag(const OpFixture& f) {
   return " --lengths " + l;
 }
 
-// The CPU backends this build runs: reference and simd always, xnnpack where built.
+// The backends this build and machine run: reference and simd always,
+// xnnpack where built, cuda where built and a GPU is visible.
 std::vector<std::string> backends(const std::string& fb, const TempDir& dir, const OpFixture& f) {
   std::vector<std::string> out = {"reference", "simd"};
-  const auto x = run_ferry("run " + shell_quote(fb) + " --input " + shell_quote(kOps + f.input) + " --output " +
-                               shell_quote(dir / "probe.npy") + " --quiet --backend xnnpack" + lengths_flag(f),
-                           dir);
-  if (x.status == 0) out.push_back("xnnpack");
+  for (const char* optional : {"xnnpack", "cuda"}) {
+    const auto x = run_ferry("run " + shell_quote(fb) + " --input " + shell_quote(kOps + f.input) + " --output " +
+                                 shell_quote(dir / "probe.npy") + " --quiet --backend " + optional + lengths_flag(f),
+                             dir);
+    if (x.status == 0) out.push_back(optional);
+  }
   return out;
 }
 
@@ -145,6 +149,14 @@ TEST_P(OpFixtureTest, MatchesPyTorchOnEveryBackend) {
   if (!f.graph) {
     EXPECT_NE(c.out.find("graph    " + *f.expect_chain + "  (inferred)"), std::string::npos) << c.out;
   }
+  // Every backend runs it, `ferry inspect` says: the CPU policies by their
+  // plans here, cuda by its plan (on any machine, with or without a GPU).
+  const auto inspect = run_ferry("inspect " + shell_quote(fb), dir);
+  ASSERT_EQ(inspect.status, 0) << inspect.err;
+  const size_t line = inspect.out.find("\nbackends  reference simd ");
+  ASSERT_NE(line, std::string::npos) << inspect.out;
+  const std::string backends_line = inspect.out.substr(line + 1, inspect.out.find('\n', line + 1) - line - 1);
+  EXPECT_NE(backends_line.find(" cuda"), std::string::npos) << backends_line;
   const NpyArray want = read_npy(kOps + f.output);
   for (const std::string& backend : backends(fb, dir, f)) {
     const std::string y = dir / ("y_" + backend + ".npy");
@@ -168,7 +180,8 @@ TEST_P(OpFixtureTest, StreamingEqualsWholeSequence) {
   const std::string io = " --input " + shell_quote(kOps + f.input) + " --quiet --output ";
   bool has_conv = false;
   for (const std::string& op : f.ops) has_conv = has_conv || op == "conv1d";
-  for (const std::string backend : {"reference", "simd"}) {
+  for (const std::string& backend : backends(fb, dir, f)) {
+    if (backend == "xnnpack") continue;  // its step is simd's
     const std::string b = " --backend " + backend;
     const auto s = run_ferry("run " + shell_quote(fb) + io + shell_quote(dir / "stream.npy") + " --stream" + b, dir);
     if (!f.causal) {

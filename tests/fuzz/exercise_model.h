@@ -21,6 +21,12 @@
 
 #include "ferry/ferry.h"
 
+// Targets built with the CUDA backend's plain C++ (plan.cpp: every unit
+// test and fuzz target) also run its plan over every model that loads.
+#if defined(FERRY_EXERCISE_CUDA_PLAN)
+#include "backend/cuda/plan.h"
+#endif
+
 namespace ferry::test {
 
 struct ExerciseResult {
@@ -79,6 +85,28 @@ inline ExerciseResult exercise_model(const uint8_t* data, size_t size, size_t ma
   }
   size_t stream_bytes = 0;
   if ((st = ferry_arena_size(model, 1, 1, &stream_bytes)) != FERRY_OK) fail("arena_size(1, 1)", st);
+
+#if defined(FERRY_EXERCISE_CUDA_PLAN)
+  // The CUDA backend's plan, on an H100 on paper, with or without a GPU or
+  // a CUDA build: the file is refused (FERRY_UNSUPPORTED) or laid out,
+  // sizes that overflow are refused (FERRY_INVALID_ARGUMENT); no crash.
+  if ((st = ferry::cuda::check_file(model)) != FERRY_OK && st != FERRY_UNSUPPORTED) fail("cuda check_file", st);
+  if (st == FERRY_OK) {
+    ferry::cuda::DeviceCaps caps;
+    caps.cc_major = 9, caps.sm_count = 132, caps.shared_per_block_optin = 232448, caps.shared_per_sm = 233472;
+    caps.cooperative_launch = true;
+    ferry::SessionConfig config;
+    config.max_batch = B;
+    config.max_seq = T;
+    if ((st = ferry::cuda::check_model(model, config, caps)) != FERRY_OK && st != FERRY_UNSUPPORTED) {
+      fail("cuda check_model", st);
+    }
+    ferry::cuda::DeviceLayout layout;
+    if ((st = ferry::cuda::plan_device(model, B, T, &layout, nullptr)) != FERRY_OK && st != FERRY_INVALID_ARGUMENT) {
+      fail("cuda plan_device", st);
+    }
+  }
+#endif
 
   for (ferry_backend backend : {FERRY_BACKEND_REFERENCE, FERRY_BACKEND_AUTO}) {
     if (!r.failure.empty()) break;

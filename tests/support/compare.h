@@ -27,23 +27,33 @@ inline bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) 
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
-// x: [B,T,I] (batch_first) or [T,B,I]; the result has ferry_run's layout:
-// the sequence output, or the last step's output for a model with `last`.
+// The result has ferry_run's layout: the sequence output, or the last
+// step's output for a model with `last`.
+// ferry_step (or, `tokens` set, ferry_step_tokens) one time step at a
+// time over an input in the model's layout ([T,B,F], [B,T,F] or [B,F,T];
+// token ids [T,B] or [B,T]), the output put together in that layout.
 inline std::vector<float> step_through(ferry_session* s, const ferry_model_info& info, const float* x, size_t B,
-                                       size_t T) {
+                                       size_t T, const int32_t* tokens = nullptr) {
   const size_t I = info.input_size, F = info.output_size;
+  const auto at = [&info, B, T](size_t t, size_t n, size_t f, size_t width) {
+    return info.channels_first ? (n * width + f) * T + t
+         : info.batch_first    ? (n * T + t) * width + f
+                               : (t * B + n) * width + f;
+  };
   std::vector<float> xt(B * I), yt(B * F), y(info.output_is_sequence ? T * B * F : B * F);
+  std::vector<int32_t> ids(B);
   for (size_t t = 0; t < T; ++t) {
     for (size_t n = 0; n < B; ++n) {
-      const size_t src = info.batch_first ? (n * T + t) * I : (t * B + n) * I;
-      std::memcpy(&xt[n * I], &x[src], I * sizeof(float));
+      if (tokens) ids[n] = info.batch_first ? tokens[n * T + t] : tokens[t * B + n];
+      else for (size_t f = 0; f < I; ++f) xt[n * I + f] = x[at(t, n, f, I)];
     }
-    EXPECT_EQ(ferry_step(s, xt.data(), B, yt.data(), yt.size()), FERRY_OK) << ferry_last_error();
+    EXPECT_EQ(tokens ? ferry_step_tokens(s, ids.data(), B, yt.data(), yt.size())
+                     : ferry_step(s, xt.data(), B, yt.data(), yt.size()),
+              FERRY_OK)
+        << ferry_last_error();
     if (info.output_is_sequence) {
-      for (size_t n = 0; n < B; ++n) {
-        const size_t dst = info.batch_first ? (n * T + t) * F : (t * B + n) * F;
-        std::memcpy(&y[dst], &yt[n * F], F * sizeof(float));
-      }
+      for (size_t n = 0; n < B; ++n)
+        for (size_t f = 0; f < F; ++f) y[at(t, n, f, F)] = yt[n * F + f];
     } else if (t + 1 == T) {
       y = yt;
     }

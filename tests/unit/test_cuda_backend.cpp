@@ -3,8 +3,10 @@
 // two sessions on two streams at once, the persistent kernel against the
 // graph replay and the zero-copy path against the copy path bit for bit,
 // ferry_step against ferry_run, the state round trip, the memory report and
-// a caller's device allocator, and the errors (no device memory, a released
-// session, a device that does not exist) with the CUDA error text.
+// a caller's device allocator, the errors (no device memory, a released
+// session, a device that does not exist) with the CUDA error text, and
+// every kernel of every op and weight type once (EveryOpAndDtypeOnce: what
+// scripts/gpu-check.sh runs under compute-sanitizer).
 //
 // Every test skips, with the reason, where the CUDA backend cannot run: a
 // build without FERRY_CUDA, or no GPU visible (no driver, no device).
@@ -14,6 +16,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -25,6 +28,8 @@
 #include "ferry/ferry.h"
 #include "compare.h"
 #include "session.h"
+#include "op_fixtures.h"
+#include "plan/quantization.h"
 #include "random_models.h"
 #include "plan/selftest_plan.h"
 #include "writer/model_writer.h"
@@ -366,6 +371,102 @@ TEST(CudaBackend, SelftestPasses) {
   ASSERT_EQ(ferry_selftest(m.model, FERRY_BACKEND_CUDA, arena.data(), bytes, &passed, &error), FERRY_OK)
       << ferry_last_error();
   EXPECT_EQ(passed, 1) << error;
+}
+
+
+// Every kernel of every op and weight type once, small, on the GPU (what
+// scripts/gpu-check.sh runs under compute-sanitizer memcheck and racecheck):
+// an op fixture per kind of op and models in f16, int8 and int4 (K past a
+// split and past an int4 group, a projection, a bidirectional GRU), each
+// against the reference backend (1e-5 fp32, 1e-4 quantized), persistent
+// kernel and graph replay bit for bit, and, where it streams, ferry_step
+// against ferry_run bit for bit.
+TEST(CudaBackend, EveryOpAndDtypeOnce) {
+  REQUIRE_CUDA();
+  struct Case {
+    std::string name;
+    std::vector<uint8_t> bytes;
+    std::vector<float> input;
+    std::vector<int32_t> tokens;
+    size_t batch, seq;
+    std::vector<int32_t> lengths;
+    double tolerance;
+  };
+  std::vector<Case> cases;
+  const std::set<std::string> picked = {
+      "kws_crnn", "conv_reflect", "conv_replicate_dil2", "conv_depthwise_mult2", "conv_causal_lstm_seq",
+      "conv_channels_first", "layernorm_after_lstm", "bn_after_gru_tm", "act_gelu_tanh", "act_gelu", "act_prelu_channel",
+      "act_logsoftmax", "act_elu", "act_hardtanh", "act_silu", "act_leaky_relu", "pool_mean_lengths",
+      "pool_max_lengths_tm", "embed_gru_last_int32_tm", "residual_inner_tm", "vad_causal"};
+  std::vector<std::string> errors;
+  for (ferry::test::OpFixtureCase& f : ferry::test::op_fixture_cases(ferry::conv::DType::F32, &errors)) {
+    if (!picked.count(f.name)) continue;
+    cases.push_back({f.name, f.bytes.to_vector(), f.input, f.tokens, f.batch, f.seq, f.lengths, 1e-5});
+  }
+  EXPECT_EQ(cases.size(), picked.size());
+  using ferry::conv::LayerOp;
+  for (const ferry::conv::DType dtype : {ferry::conv::DType::F16, ferry::conv::DType::I8, ferry::conv::DType::I4}) {
+    ModelSpec a;
+    a.input_size = 40;
+    a.layers = {{LayerOp::LSTM, 300, 1, false, 260}, {LayerOp::Linear, 5}};
+    a.seed = 41;
+    ModelSpec b;
+    b.input_size = 9;
+    b.batch_first = true;
+    b.layers = {{LayerOp::GRU, 70, 1, true}, {LayerOp::Last}, {LayerOp::Linear, 5}, {LayerOp::Softmax}};
+    b.seed = 42;
+    for (const ModelSpec& spec : {a, b}) {
+      ferry::conv::ModelPlan plan = ferry::test::make_plan(spec);
+      std::vector<ferry::conv::LayerPrecision> all;
+      for (size_t i = 0; i < plan.layers.size(); ++i) {
+        if (!plan.layers[i].cells.empty() || plan.layers[i].weight >= 0) all.push_back({static_cast<int>(i), dtype, ""});
+      }
+      ferry::conv::apply_precisions(plan, all);
+      const size_t B = 3, T = 5;
+      cases.push_back({std::string(ferry::conv::dtype_name(dtype)) + " seed " + std::to_string(spec.seed),
+                       ferry::conv::build_model(plan).to_vector(), inputs(B * T * spec.input_size, spec.seed), {}, B,
+                       T, {5, 2, 4}, 1e-4});
+    }
+  }
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    AlignedBytes bytes(c.bytes.data(), c.bytes.size());
+    ferry_model* model = nullptr;
+    ASSERT_EQ(ferry_model_load(bytes.data(), bytes.size(), nullptr, &model), FERRY_OK) << ferry_last_error();
+    ferry_model_info info{};
+    info.struct_size = sizeof info;
+    ferry_model_get_info(model, &info);
+    const std::vector<int32_t>& lengths = c.lengths;
+    const auto run = [&](ferry_backend backend, size_t seq_max) {
+      ferry::test::ArenaSession s(model, ferry::test::session_options(backend, c.batch, seq_max));
+      EXPECT_EQ(s.status, FERRY_OK) << s.error;
+      size_t n = 0;
+      ferry_output_floats(model, c.batch, c.seq, &n);
+      std::vector<float> y(n, -7.0f);
+      const int32_t* l = lengths.empty() ? nullptr : lengths.data();
+      if (s.status != FERRY_OK) return y;
+      EXPECT_EQ(c.tokens.empty() ? ferry_run(s.s, c.input.data(), c.batch, c.seq, l, y.data(), n)
+                                 : ferry_run_tokens(s.s, c.tokens.data(), c.batch, c.seq, l, y.data(), n),
+                FERRY_OK)
+          << ferry_last_error();
+      return y;
+    };
+    const std::vector<float> want = run(FERRY_BACKEND_REFERENCE, c.seq), got = run(FERRY_BACKEND_CUDA, c.seq);
+    EXPECT_LE(ferry::test::max_abs_diff(got, want), c.tolerance);
+    {
+      ScopedEnv graphs("FERRY_CUDA_RECURRENCE", "graph");
+      EXPECT_TRUE(bit_equal(run(FERRY_BACKEND_CUDA, c.seq), got)) << "graph replay vs persistent";
+    }
+    if (info.streamable && info.has_time_axis && lengths.empty()) {
+      ferry::test::ArenaSession st(model, ferry::test::session_options(FERRY_BACKEND_CUDA, c.batch, 1));
+      ASSERT_EQ(st.status, FERRY_OK) << st.error;
+      EXPECT_TRUE(bit_equal(ferry::test::step_through(st.s, info, c.input.data(), c.batch, c.seq,
+                                                      c.tokens.empty() ? nullptr : c.tokens.data()),
+                            got))
+          << "ferry_step vs ferry_run";
+    }
+    ferry_model_free(model);
+  }
 }
 
 }  // namespace

@@ -22,6 +22,7 @@
 #include <cmath>
 #include <cstring>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -32,7 +33,10 @@
 #include "ferry/ferry.h"
 #include "ferry/ferry_generated.h"
 #include "model/model.h"
+#include "op_fixtures.h"
+#include "plan/quantization.h"
 #include "random_models.h"
+#include "shared/weight_quant.h"
 
 namespace {
 
@@ -83,17 +87,37 @@ fc::DeviceCaps no_cooperative() {
 
 // ------------------------------------------------- the emulated device --
 
-// The kernels of kernels.cu, run on the CPU with the same arithmetic:
-// phase_a_unit / phase_b_row / cell_update / panel_dot of device_math.h,
-// the blocks and batch tiles the plan chose, the step counter protocol.
+// The kernels of kernels.cu, recurrent.cu and ops.cu, run on the CPU with
+// the same arithmetic: the readers of device_weights.h (lane_partial,
+// finish, quantize_row), phase_a_unit / phase_b_row / cell_update of
+// device_math.h, the op functions of device_ops.h, the blocks and batch
+// tiles the plan chose, the step counter protocol.
 struct EmulatedDevice {
-  int gemms = 0, persistent = 0, graph_many = 0, graph_one = 0, ingests = 0, emits = 0;
+  int gemms = 0, persistent = 0, graph_many = 0, graph_one = 0, ingests = 0, emits = 0, quantizes = 0;
   int to_device = 0, to_host = 0, finishes = 0;
   int fail_after_launches = -1;  // > 0: that many recurrent launches succeed, then one fails
 };
 
 EmulatedDevice* emu(void* ctx) { return static_cast<EmulatedDevice*>(ctx); }
 
+// Stages rows [b0, b0 + nb) of `src` (K floats) and, for int8 / int4,
+// quantizes them as the kernels' stage_rows does (quantize_row's bytes).
+template <class R>
+void emulate_stage(const float* src, uint32_t K, int b0, int nb, const fc::PhaseShared& L, std::vector<float>* hs,
+                   std::vector<float>* hscale, std::vector<int8_t>* hq) {
+  std::memcpy(hs->data(), src + size_t(b0) * K, size_t(nb) * K * sizeof(float));
+  if (!R::kQuantized) return;
+  for (int bb = 0; bb < nb; ++bb) {
+    fc::quantize_row(&(*hs)[size_t(bb) * K], K, L.ldq, &(*hq)[size_t(bb) * L.ldq], &(*hscale)[size_t(bb)]);
+  }
+}
+
+template <class R>
+const void* staged_row(const std::vector<float>& hs, const std::vector<int8_t>& hq, uint32_t K, size_t ldq, int bb) {
+  return R::kQuantized ? static_cast<const void*>(&hq[size_t(bb) * ldq]) : static_cast<const void*>(&hs[size_t(bb) * K]);
+}
+
+template <class R>
 void emulate_phase_a(const fc::RecurrentParams& p, const fc::CallView& call, int i, int block) {
   uint32_t p0 = 0, p1 = 0;
   int32_t b_begin = 0, b_end = 0;
@@ -101,28 +125,34 @@ void emulate_phase_a(const fc::RecurrentParams& p, const fc::CallView& call, int
   if (p0 >= p1) return;
   const fc::StepView sv = fc::step_view(p, call, i);
   const uint32_t G = p.gates, P = p.h_out;
-  const float* w = p.w_hh + size_t{p0} * P * G * 8;
+  const fc::DeviceWeight w = fc::panel_slice(p.w_hh, p0);
   const int vecs = static_cast<int>((p1 - p0) * G), rows = vecs * 8, units = static_cast<int>((p1 - p0) * 8);
   const int tile = p.batch_tile, splits = static_cast<int>(fc::k_splits_for(P));
-  const uint32_t chunk = fc::k_chunk_for(P);
-  std::vector<float> hs(size_t(tile) * P), part(size_t(splits) * tile * rows);
+  const fc::PhaseShared L = fc::phase_shared(R::kType, P, tile, rows);
+  std::vector<float> hs(size_t(tile) * P), hscale(tile);
+  std::vector<int8_t> hq(size_t(tile) * L.ldq);
+  std::vector<typename R::Partial> part(size_t(splits) * tile * rows);
   for (int b0 = b_begin; b0 < b_end; b0 += tile) {
     const int nb = std::min(tile, b_end - b0);
-    std::memcpy(hs.data(), sv.h_prev + size_t(b0) * P, size_t(nb) * P * sizeof(float));
-    for (int s = 0; s < splits; ++s)
+    emulate_stage<R>(sv.h_prev, P, b0, nb, L, &hs, &hscale, &hq);
+    for (int s = 0; s < splits; ++s) {
+      uint32_t c0 = 0, c1 = 0;
+      fc::split_chunks(R::kType, P, splits, s, &c0, &c1);
       for (int bb = 0; bb < nb; ++bb)
         for (int v = 0; v < vecs; ++v)
           for (uint32_t j = 0; j < 8; ++j) {
-            const uint32_t k0 = s * chunk, k1 = std::min(P, k0 + chunk);
             part[(size_t(s) * tile + bb) * rows + v * 8 + j] =
-                fc::panel_dot(w, G, P, static_cast<uint32_t>(v), j, &hs[size_t(bb) * P], k0, k1);
+                fc::lane_partial<R>(w, static_cast<uint32_t>(v), j, staged_row<R>(hs, hq, P, L.ldq, bb), c0, c1);
           }
+    }
     for (int bb = 0; bb < nb; ++bb)
       for (int ul = 0; ul < units; ++ul)
-        fc::phase_a_unit(p, call, sv, static_cast<int32_t>(p0), tile, rows, hs.data(), part.data(), bb, b0 + bb, ul);
+        fc::phase_a_unit<R>(p, w, call, sv, static_cast<int32_t>(p0), tile, rows, hs.data(),
+                            R::kQuantized ? hscale[bb] : 0.0f, part.data(), bb, b0 + bb, ul);
   }
 }
 
+template <class R>
 void emulate_phase_b(const fc::RecurrentParams& p, const fc::CallView& call, int i, int block) {
   uint32_t q0 = 0, q1 = 0;
   fc::block_range(static_cast<uint32_t>(block), static_cast<uint32_t>(p.proj_panels_per_block),
@@ -130,25 +160,45 @@ void emulate_phase_b(const fc::RecurrentParams& p, const fc::CallView& call, int
   if (q0 >= q1) return;
   const fc::StepView sv = fc::step_view(p, call, i);
   const uint32_t H = p.hidden;
-  const float* w = p.w_hr + size_t{q0} * H * 8;
+  const fc::DeviceWeight w = fc::panel_slice(p.w_hr, q0);
   const int vecs = static_cast<int>(q1 - q0), rows = vecs * 8;
   const int tile = p.proj_batch_tile, splits = static_cast<int>(fc::k_splits_for(H));
-  const uint32_t chunk = fc::k_chunk_for(H);
-  std::vector<float> hs(size_t(tile) * H), part(size_t(splits) * tile * rows);
+  const fc::PhaseShared L = fc::phase_shared(R::kType, H, tile, rows);
+  std::vector<float> hs(size_t(tile) * H), hscale(tile);
+  std::vector<int8_t> hq(size_t(tile) * L.ldq);
+  std::vector<typename R::Partial> part(size_t(splits) * tile * rows);
   for (int b0 = 0; b0 < call.batch; b0 += tile) {
     const int nb = std::min(tile, call.batch - b0);
-    std::memcpy(hs.data(), p.h_full + size_t(b0) * H, size_t(nb) * H * sizeof(float));
-    for (int s = 0; s < splits; ++s)
+    emulate_stage<R>(p.h_full, H, b0, nb, L, &hs, &hscale, &hq);
+    for (int s = 0; s < splits; ++s) {
+      uint32_t c0 = 0, c1 = 0;
+      fc::split_chunks(R::kType, H, splits, s, &c0, &c1);
       for (int bb = 0; bb < nb; ++bb)
         for (int v = 0; v < vecs; ++v)
           for (uint32_t j = 0; j < 8; ++j) {
-            const uint32_t k0 = s * chunk, k1 = std::min(H, k0 + chunk);
             part[(size_t(s) * tile + bb) * rows + v * 8 + j] =
-                fc::panel_dot(w, 1, H, static_cast<uint32_t>(v), j, &hs[size_t(bb) * H], k0, k1);
+                fc::lane_partial<R>(w, static_cast<uint32_t>(v), j, staged_row<R>(hs, hq, H, L.ldq, bb), c0, c1);
           }
+    }
     for (int bb = 0; bb < nb; ++bb)
       for (int row = 0; row < rows; ++row)
-        fc::phase_b_row(p, call, sv, static_cast<int32_t>(q0), tile, rows, part.data(), bb, b0 + bb, row);
+        fc::phase_b_row<R>(p, w, call, sv, static_cast<int32_t>(q0), tile, rows, R::kQuantized ? hscale[bb] : 0.0f,
+                           part.data(), bb, b0 + bb, row);
+  }
+}
+
+// The kernels of one weight type, as recurrent.cu's table picks them.
+struct PhaseKernels {
+  void (*a)(const fc::RecurrentParams&, const fc::CallView&, int, int);
+  void (*b)(const fc::RecurrentParams&, const fc::CallView&, int, int);
+};
+
+PhaseKernels phases_for(int32_t type) {
+  switch (type) {
+    case fc::kWeightF16: return {emulate_phase_a<fc::Reader<fc::kWeightF16>>, emulate_phase_b<fc::Reader<fc::kWeightF16>>};
+    case fc::kWeightI8: return {emulate_phase_a<fc::Reader<fc::kWeightI8>>, emulate_phase_b<fc::Reader<fc::kWeightI8>>};
+    case fc::kWeightI4: return {emulate_phase_a<fc::Reader<fc::kWeightI4>>, emulate_phase_b<fc::Reader<fc::kWeightI4>>};
+    default: return {emulate_phase_a<fc::Reader<fc::kWeightF32>>, emulate_phase_b<fc::Reader<fc::kWeightF32>>};
   }
 }
 
@@ -160,9 +210,10 @@ void emulate_step(const fc::CellRuntime& cell) {
   const int i = p.counter[0];
   ASSERT_EQ(p.counter[1], 0) << "blocks-done counter not reset";
   ASSERT_LT(i, call.steps) << "step counter past the call's steps";
-  for (uint32_t b = 0; b < cell.recurrence.step.blocks; ++b) emulate_phase_a(p, call, i, static_cast<int>(b));
-  if (p.w_hr) {
-    for (uint32_t b = 0; b < cell.recurrence.step.proj_blocks; ++b) emulate_phase_b(p, call, i, static_cast<int>(b));
+  const PhaseKernels k = phases_for(p.w_hh.type);
+  for (uint32_t b = 0; b < cell.recurrence.step.blocks; ++b) k.a(p, call, i, static_cast<int>(b));
+  if (p.w_hr.data) {
+    for (uint32_t b = 0; b < cell.recurrence.step.proj_blocks; ++b) k.b(p, call, i, static_cast<int>(b));
   }
   p.counter[0] = fc::next_step(i, call.steps);
 }
@@ -172,10 +223,11 @@ void emulate_persistent(const fc::CellRuntime& cell) {
   const fc::CallView call = fc::read_call(p);
   const fc::Decomposition& d = cell.recurrence.resident;
   ASSERT_LE(d.blocks, 132u);
+  const PhaseKernels k = phases_for(p.w_hh.type);
   for (int i = 0; i < call.steps; ++i) {
-    for (uint32_t b = 0; b < d.blocks; ++b) emulate_phase_a(p, call, i, static_cast<int>(b));
-    if (p.w_hr) {
-      for (uint32_t b = 0; b < d.blocks; ++b) emulate_phase_b(p, call, i, static_cast<int>(b));
+    for (uint32_t b = 0; b < d.blocks; ++b) k.a(p, call, i, static_cast<int>(b));
+    if (p.w_hr.data) {
+      for (uint32_t b = 0; b < d.blocks; ++b) k.b(p, call, i, static_cast<int>(b));
     }
   }
 }
@@ -190,19 +242,75 @@ ferry_status op_to_host(void* ctx, void* dst, const void* src, size_t bytes) {
   std::memcpy(dst, src, bytes);
   return FERRY_OK;
 }
+ferry_status op_copy(void*, void* dst, const void* src, size_t bytes) {
+  std::memcpy(dst, src, bytes);
+  return FERRY_OK;
+}
 ferry_status op_zero(void*, void* dst, size_t bytes) {
   std::memset(dst, 0, bytes);
   return FERRY_OK;
 }
-ferry_status op_gemm(void* ctx, const fc::GemmParams& g) {
-  ++emu(ctx)->gemms;
+
+// The f32 GEMMs' chain over any A source (rows, or a conv's patches):
+// one fmaf chain over k from 0, the bias added last.
+template <class LoadA>
+void emulate_gemm_f32(const fc::GemmParams& g, LoadA a) {
+  const float* w = static_cast<const float*>(g.w.data);
   for (int64_t r = 0; r < g.m; ++r)
     for (int32_t c = 0; c < g.n; ++c) {
       float acc = 0.0f;
-      for (int32_t k = 0; k < g.k; ++k)
-        acc = fmaf(g.a[r * g.lda + k], g.w[fc::gemm_weight_index(g.gates, g.k, c, k)], acc);
+      for (int32_t k = 0; k < g.w.cols; ++k) {
+        acc = fmaf(a(r, k), w[fc::gemm_weight_index(g.w.gates, g.w.cols, c, k)], acc);
+      }
       g.c[r * g.ldc + c] = (g.bias ? g.bias[c] : 0.0f) + acc;
     }
+}
+
+template <class R>
+void emulate_gemm_typed(const fc::GemmParams& g) {
+  for (int64_t r = 0; r < g.m; ++r)
+    for (int32_t c = 0; c < g.n; ++c) g.c[r * g.ldc + c] = fc::gemm_output<R>(g, r, c);
+}
+
+ferry_status op_gemm(void* ctx, const fc::GemmParams& g) {
+  ++emu(ctx)->gemms;
+  switch (g.w.type) {
+    case fc::kWeightF16: emulate_gemm_typed<fc::Reader<fc::kWeightF16>>(g); break;
+    case fc::kWeightI8: emulate_gemm_typed<fc::Reader<fc::kWeightI8>>(g); break;
+    case fc::kWeightI4: emulate_gemm_typed<fc::Reader<fc::kWeightI4>>(g); break;
+    default: emulate_gemm_f32(g, [&g](int64_t r, int32_t k) { return g.a[r * g.lda + k]; }); break;
+  }
+  return FERRY_OK;
+}
+ferry_status op_quantize(void* ctx, const fc::QuantizeParams& q) {
+  ++emu(ctx)->quantizes;
+  for (int64_t r = 0; r < q.rows; ++r) {
+    fc::quantize_row(q.x + r * q.ldx, static_cast<uint32_t>(q.k), static_cast<uint32_t>(q.kp), q.q + r * q.ldq,
+                     q.scales + r);
+  }
+  return FERRY_OK;
+}
+ferry_status op_conv(void* ctx, const fc::ConvParams& p) {
+  ++emu(ctx)->gemms;
+  const int32_t out_g = p.out_channels / p.groups, in_g = p.channels / p.groups;
+  for (int32_t g = 0; g < p.groups; ++g) {
+    fc::GemmParams gp{};
+    gp.m = p.steps_out * p.batch;
+    gp.w.data = p.weight + g * p.group_stride;
+    gp.w.type = fc::kWeightF32;
+    gp.w.gates = 1;
+    gp.w.cols = in_g * p.kernel;
+    gp.bias = p.bias ? p.bias + g * p.bias_group_stride : nullptr;
+    gp.c = p.out + g * out_g;
+    gp.ldc = p.out_channels;
+    gp.n = out_g;
+    emulate_gemm_f32(gp, [&p, g](int64_t r, int32_t k) { return fc::conv_patch(p, g, r, k); });
+  }
+  return FERRY_OK;
+}
+ferry_status op_conv_state(void*, const fc::ConvParams& p) {
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int32_t c = 0; c < p.channels; ++c) fc::conv_state_column(p, b, c);
   return FERRY_OK;
 }
 ferry_status op_recurrent(void* ctx, const fc::CellRuntime& cell, fc::StepLaunch how) {
@@ -225,49 +333,44 @@ ferry_status op_recurrent(void* ctx, const fc::CellRuntime& cell, fc::StepLaunch
   }
   return FERRY_OK;
 }
-ferry_status op_activation(void*, int32_t op, float* x, size_t n) {
-  for (size_t i = 0; i < n; ++i) {
-    const float v = x[i];
-    x[i] = op == fc::kActRelu ? (v < 0.0f ? 0.0f : v) : op == fc::kActTanh ? tanhf(v) : fc::sigmoid_f(v);
-  }
+// The element-wise kernels on one "thread" (lane 0 of 1); the kernels give
+// each thread every lanes-th element or row, each computed on its own.
+ferry_status op_pointwise(void*, const fc::OpParams& op, float* x, size_t rows) {
+  fc::pointwise_tile(op, x, rows, 0, 1);
   return FERRY_OK;
 }
-ferry_status op_softmax(void*, float* x, size_t rows, size_t n) {
-  for (size_t r = 0; r < rows; ++r) {
-    float* v = x + r * n;
-    float m = -INFINITY, sum = 0.0f;
-    for (size_t i = 0; i < n; ++i) m = v[i] > m ? v[i] : m;
-    for (size_t i = 0; i < n; ++i) sum += (v[i] = expf(v[i] - m));
-    for (size_t i = 0; i < n; ++i) v[i] *= 1.0f / sum;
-  }
+ferry_status op_rows(void*, const fc::OpParams& op, float* x, size_t rows) {
+  fc::rows_tile(op, x, rows, 0, 1);
+  return FERRY_OK;
+}
+ferry_status op_add(void*, float* x, const float* y, size_t n) {
+  fc::add_tile(x, y, n, 0, 1);
   return FERRY_OK;
 }
 ferry_status op_last(void*, const fc::LastParams& p) {
+  for (size_t i = 0; i < size_t(p.batch * p.features); ++i) fc::last_element(p, i);
+  return FERRY_OK;
+}
+ferry_status op_pool(void*, const fc::PoolParams& p) {
   for (int64_t b = 0; b < p.batch; ++b) {
-    const int64_t t = p.lengths ? p.lengths[b] - 1 : p.steps - 1;
-    std::memcpy(p.dst + b * p.features, p.src + (t * p.batch + b) * p.features, size_t(p.features) * sizeof(float));
+    const float count0 = fc::pool_count(p, b);
+    for (int32_t f = 0; f < p.features; ++f) fc::pool_feature(p, b, f, count0);
+    fc::pool_store_count(p, b, count0);
   }
+  return FERRY_OK;
+}
+ferry_status op_embed(void*, const fc::EmbedParams& p) {
+  for (size_t i = 0; i < size_t(p.steps * p.batch) * size_t(p.dim); ++i) fc::embed_element(p, i);
   return FERRY_OK;
 }
 ferry_status op_ingest(void* ctx, const fc::IngestParams& p) {
   ++emu(ctx)->ingests;
-  for (int64_t t = 0; t < p.steps; ++t)
-    for (int64_t b = 0; b < p.batch; ++b)
-      for (int64_t f = 0; f < p.features; ++f) {
-        const int64_t i = (t * p.batch + b) * p.features + f;
-        p.dst[i] = p.src[p.batch_first ? (b * p.steps + t) * p.features + f : i];
-      }
+  for (size_t i = 0; i < size_t(p.steps * p.batch * p.features); ++i) fc::ingest_element(p, i);
   return FERRY_OK;
 }
 ferry_status op_emit(void* ctx, const fc::EmitParams& p) {
   ++emu(ctx)->emits;
-  for (int64_t t = 0; t < p.steps; ++t)
-    for (int64_t b = 0; b < p.batch; ++b)
-      for (int64_t f = 0; f < p.features; ++f) {
-        const int64_t i = (t * p.batch + b) * p.features + f;
-        const float v = p.lengths && t >= p.lengths[b] ? 0.0f : p.src[i];
-        p.dst[p.batch_first ? (b * p.steps + t) * p.features + f : i] = v;
-      }
+  for (size_t i = 0; i < size_t(p.steps * p.batch * p.features); ++i) fc::emit_element(p, i);
   return FERRY_OK;
 }
 ferry_status op_finish(void* ctx) {
@@ -275,8 +378,10 @@ ferry_status op_finish(void* ctx) {
   return FERRY_OK;
 }
 
-const fc::DeviceOps kEmulatedOps = {op_to_device, op_to_host, op_zero,   op_gemm, op_recurrent, op_activation,
-                                    op_softmax,   op_last,    op_ingest, op_emit, op_finish};
+const fc::DeviceOps kEmulatedOps = {op_to_device, op_to_host,    op_copy,      op_zero,      op_gemm,
+                                    op_quantize,  op_conv,       op_conv_state, op_recurrent, op_pointwise,
+                                    op_rows,      op_add,        op_last,      op_pool,      op_embed,
+                                    op_ingest,    op_emit,       op_finish};
 
 // A CUDA-backend session on the emulated device: the backend's own plan and
 // executor, host memory standing in for the device block (and, zero copy,
@@ -315,12 +420,15 @@ class EmulatedSession {
   const fc::HostLayout& host() const { return host_; }
   uint8_t* device_memory() { return device_.data(); }
 
+  // A run of floats (or, `tokens` set, of token ids), as the C API passes
+  // it on after its checks.
   ferry_status run(const std::vector<float>& input, size_t batch, size_t seq, const std::vector<int32_t>& lengths,
-                   std::vector<float>* out) {
+                   std::vector<float>* out, const std::vector<int32_t>* tokens = nullptr) {
     size_t n = 0;
-    ferry_output_floats(model_, batch, seq, &n);
+    EXPECT_EQ(ferry_output_floats(model_, batch, seq, &n), FERRY_OK) << ferry_last_error();
     out->assign(n, -7.0f);
-    const ferry::RunCall call{input.data(), nullptr, batch, seq, lengths.empty() ? nullptr : lengths.data(), out->data(), seq};
+    const ferry::RunCall call{tokens ? nullptr : input.data(), tokens ? tokens->data() : nullptr,
+                              batch, seq, lengths.empty() ? nullptr : lengths.data(), out->data(), seq};
     return fc::execute(x_, kEmulatedOps, &emu_, call);
   }
   std::vector<float> state(size_t batch) {
@@ -691,7 +799,7 @@ TEST(CudaHost, DeviceLayoutIsExactAndWeightsAreReadAsStored) {
   for (uint32_t ci = 0; ci < m->num_cells; ++ci) {
     const ferry::Cell& cell = m->cells[ci];
     for (const ferry::Weight* w : {&cell.w_ih, &cell.w_hh, &cell.bias, &cell.w_hr}) {
-      const float* dev = fc::device_weight(x, *w);
+      const float* dev = reinterpret_cast<const float*>(fc::device_matrix(x, *w).data);
       ASSERT_NE(dev, nullptr);
       EXPECT_GE(reinterpret_cast<const uint8_t*>(dev), s.device_memory());
       EXPECT_LT(reinterpret_cast<const uint8_t*>(dev), s.device_memory() + d.weights_bytes);
@@ -706,18 +814,20 @@ TEST(CudaHost, DeviceLayoutIsExactAndWeightsAreReadAsStored) {
     }
     // The recurrent kernels' view of W_hh: vector q, lane j, column k.
     const fc::RecurrentParams& p = s.exec().cells[ci].step;
-    EXPECT_EQ(p.w_hh, fc::device_weight(x, cell.w_hh));
+    EXPECT_EQ(p.w_hh.data, fc::device_matrix(x, cell.w_hh).data);
+    EXPECT_EQ(p.w_hh.type, fc::kWeightF32);
+    const float* w_hh = static_cast<const float*>(p.w_hh.data);
     for (uint32_t q = 0; q < 4 * fc::panels_of(H); ++q)
       for (uint32_t j = 0; j < 8; ++j) {
         if ((q / 4) * 8 + j >= H) continue;
         const uint32_t row = ferry::layout::panel8_row_of(4, H, q, j);
         for (uint32_t k = 0; k < P; ++k)
-          ASSERT_EQ(p.w_hh[fc::vector_offset(4, P, q) + j + size_t{k} * 32], cell.w_hh.at_f32(row, k));
+          ASSERT_EQ(w_hh[fc::vector_offset(4, P, q) + j + size_t{k} * 32], cell.w_hh.at_f32(row, k));
       }
   }
   // The Linear layer's weight, read as a GEMM operand.
   const ferry::Layer& lin = m->layers[2];
-  const float* w = fc::device_weight(x, lin.weight);
+  const float* w = fc::device_floats(x, lin.weight);
   for (uint32_t o = 0; o < lin.out; ++o)
     for (uint32_t k = 0; k < lin.in; ++k) EXPECT_EQ(w[fc::gemm_weight_index(1, lin.in, o, k)], lin.weight.at_f32(o, k));
 }
@@ -939,7 +1049,11 @@ TEST(CudaHost, CheckModelRefusesWithTheReason) {
   copy.layers[0].panel8 = false;
   config.max_batch = 1;
   EXPECT_EQ(fc::check_model(&copy, config, orin()), FERRY_UNSUPPORTED);
-  EXPECT_NE(std::string(ferry_last_error()).find("Panel8"), std::string::npos) << ferry_last_error();
+  EXPECT_NE(std::string(ferry_last_error()).find("RowMajor"), std::string::npos) << ferry_last_error();
+  EXPECT_NE(std::string(ferry_last_error()).find("convert the model again"), std::string::npos) << ferry_last_error();
+  // The same, without a device: the plan `ferry inspect` asks.
+  EXPECT_EQ(fc::check_file(&copy), FERRY_UNSUPPORTED);
+  EXPECT_EQ(fc::check_file(ref.model()), FERRY_OK);
 }
 
 // Without FERRY_CUDA the backend says it is not built; with it and no
@@ -960,6 +1074,406 @@ TEST(CudaHost, BackendIsRefusedCleanlyWhereItCannotRun) {
   EXPECT_NE(r.last_error().find("cuda"), std::string::npos) << r.last_error();
   std::printf("CUDA backend here: %s\n", r.last_error().c_str());
 #endif
+}
+
+
+// ------------------------------------------------ every op, every dtype --
+
+using ferry::test::OpFixtureCase;
+using Dt = ferry::conv::DType;
+
+// A model's output through the reference backend (floats or token ids).
+std::vector<float> reference_output(Runner& r, const std::vector<float>& input, const std::vector<int32_t>& tokens,
+                                    size_t batch, size_t seq, const std::vector<int32_t>& lengths) {
+  std::vector<float> y(r.output_floats(batch, seq));
+  const int32_t* l = lengths.empty() ? nullptr : lengths.data();
+  const ferry_status st = tokens.empty()
+                              ? ferry_run(r.session(), input.data(), batch, seq, l, y.data(), y.size())
+                              : ferry_run_tokens(r.session(), tokens.data(), batch, seq, l, y.data(), y.size());
+  EXPECT_EQ(st, FERRY_OK) << ferry_last_error();
+  return y;
+}
+
+// ferry_step on the emulated device, one step at a time, the input taken
+// apart and the output put together in the model's layout (floats or
+// token ids): what a streaming caller does.
+std::vector<float> emulated_steps(EmulatedSession& s, const ferry_model* m, const std::vector<float>& input,
+                                  const std::vector<int32_t>& tokens, size_t B, size_t T) {
+  const size_t I = m->input_size, F = m->output_size;
+  const int32_t layout = m->channels_first ? fc::kChannelsFirst : m->batch_first ? fc::kBatchFirst : fc::kTimeMajor;
+  std::vector<float> out(m->output_is_sequence ? T * B * F : B * F), x(B * I), y;
+  std::vector<int32_t> ids(B);
+  for (size_t t = 0; t < T; ++t) {
+    for (size_t b = 0; b < B; ++b) {
+      if (!tokens.empty()) {
+        ids[b] = m->batch_first ? tokens[b * T + t] : tokens[t * B + b];
+        continue;
+      }
+      for (size_t f = 0; f < I; ++f) x[b * I + f] = input[fc::io_index(layout, t, b, f, T, B, I)];
+    }
+    EXPECT_EQ(s.run(x, B, 1, {}, &y, tokens.empty() ? nullptr : &ids), FERRY_OK) << ferry_last_error();
+    if (!m->output_is_sequence) {
+      if (t + 1 == T) out = y;
+      continue;
+    }
+    for (size_t b = 0; b < B; ++b)
+      for (size_t f = 0; f < F; ++f) out[fc::io_index(layout, t, b, f, T, B, F)] = y[b * F + f];
+  }
+  return out;
+}
+
+// Every PyTorch op fixture (every op of the graph syntax: Conv1d with every
+// padding, stride, dilation, groups and padding mode, BatchNorm, LayerNorm,
+// PReLU, Embedding, mean/max over time with lengths, every activation,
+// residuals, channels-first input) on the emulated CUDA backend, on three
+// devices and both I/O paths: the reference backend's output and state
+// within 1e-5, and PyTorch's within the fixture's tolerance. Every
+// streaming fixture step by step gives the whole run's bits.
+TEST(CudaHost, EveryOpFixtureMatchesReferenceAndPyTorch) {
+  std::vector<std::string> errors;
+  const std::vector<OpFixtureCase> cases = ferry::test::op_fixture_cases(Dt::F32, &errors);
+  EXPECT_TRUE(errors.empty()) << errors.front();
+  ASSERT_GE(cases.size(), 60u) << "tests/fixtures/ops/manifest.json";
+  struct Device {
+    const char* name;
+    fc::DeviceCaps caps;
+    bool zero_copy;
+  } devices[] = {{"h100 copy", h100(), false}, {"orin zero copy", orin(), true},
+                 {"no cooperative launch", no_cooperative(), false}};
+  std::set<int> ops_seen;
+  bool channels_first = false, tokens = false, lengths = false;
+  int streamed = 0;
+  for (const OpFixtureCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    Runner ref(c.bytes.to_vector(), c.batch, c.seq, FERRY_BACKEND_REFERENCE);
+    ASSERT_EQ(ref.status(), FERRY_OK) << ref.last_error();
+    const ferry_model* m = ref.model();
+    EXPECT_EQ(fc::check_file(m), FERRY_OK) << ferry_last_error();
+    for (uint32_t i = 0; i < m->num_layers; ++i) ops_seen.insert(static_cast<int>(m->layers[i].op));
+    channels_first = channels_first || m->channels_first;
+    tokens = tokens || m->input_is_tokens;
+    lengths = lengths || !c.lengths.empty();
+    const std::vector<float> want = reference_output(ref, c.input, c.tokens, c.batch, c.seq, c.lengths);
+    const std::vector<float> want_state = reference_state(ref, c.batch);
+    for (const Device& d : devices) {
+      SCOPED_TRACE(d.name);
+      EmulatedSession s(m, c.batch, c.seq, d.caps, d.zero_copy);
+      ASSERT_EQ(s.status(), FERRY_OK) << ferry_last_error();
+      std::vector<float> got;
+      ASSERT_EQ(s.run(c.input, c.batch, c.seq, c.lengths, &got, c.tokens.empty() ? nullptr : &c.tokens), FERRY_OK)
+          << ferry_last_error();
+      ASSERT_EQ(got.size(), want.size());
+      EXPECT_LE(max_abs_diff(got, want), 1e-5) << "vs the reference backend";
+      EXPECT_LE(max_abs_diff(got, c.pytorch), c.tolerance) << "vs PyTorch";
+      EXPECT_LE(max_abs_diff(s.state(c.batch), want_state), 1e-5) << "final state";
+    }
+    if (m->streamable && m->has_time_axis && c.lengths.empty()) {
+      EmulatedSession whole(m, c.batch, c.seq, h100(), false), stream(m, c.batch, 1, orin(), true);
+      std::vector<float> a;
+      ASSERT_EQ(whole.run(c.input, c.batch, c.seq, {}, &a, c.tokens.empty() ? nullptr : &c.tokens), FERRY_OK);
+      EXPECT_TRUE(bit_equal(a, emulated_steps(stream, m, c.input, c.tokens, c.batch, c.seq))) << "step vs run";
+      EXPECT_TRUE(bit_equal(whole.state(c.batch), stream.state(c.batch))) << "final state, step vs run";
+      ++streamed;
+    }
+  }
+  // (The recurrent ops of every kind are the generated cases' above.)
+  for (int op = static_cast<int>(ferry::Op::kLinear); op <= static_cast<int>(ferry::Op::kAdd); ++op) {
+    EXPECT_TRUE(ops_seen.count(op)) << "no fixture has op " << op;
+  }
+  EXPECT_TRUE(channels_first && tokens && lengths);
+  EXPECT_GE(streamed, 25);
+}
+
+// Every weighted layer of `plan` in `dtype` (what --quantize does to the
+// layers it quantizes).
+ferry::conv::ModelPlan quantized_plan(ferry::conv::ModelPlan plan, Dt dtype) {
+  std::vector<ferry::conv::LayerPrecision> all;
+  for (size_t i = 0; i < plan.layers.size(); ++i) {
+    const ferry::conv::LayerPlan& l = plan.layers[i];
+    if (!l.cells.empty() || l.weight >= 0) all.push_back({static_cast<int>(i), dtype, ""});
+  }
+  ferry::conv::apply_precisions(plan, all);
+  return plan;
+}
+
+// The quantization's error bound against fp32 (test_quantized_backends.cpp's).
+double bound_vs_f32(Dt d) { return d == Dt::F16 ? 2e-3 : d == Dt::I8 ? 1e-2 : 0.1; }
+
+// Random models in f16, int8 and int4 (K below and above the split width of
+// 256, projections, GRU, bidirectional, lengths) on the emulated device:
+// within 1e-4 of the reference backend (the quantized products are the
+// CPU sets' formulas; only the fp32 chains' order differs) and within the
+// quantization's bound of the fp32 model; ferry_step equals ferry_run and
+// the persistent kernel equals the graph replay, bit for bit.
+TEST(CudaHost, EveryDtypeMatchesTheReferenceBackend) {
+  using ferry::conv::LayerOp;
+  std::vector<ModelSpec> specs;
+  ModelSpec a;  // LSTM with projection, 2 layers, then a Linear per step
+  a.input_size = 37;
+  a.layers = {{LayerOp::LSTM, 48, 2, false, 20}, {LayerOp::Linear, 7}};
+  a.seed = 11;
+  specs.push_back(a);
+  ModelSpec b;  // GRU > last > Linear > softmax
+  b.input_size = 9;
+  b.batch_first = true;
+  b.layers = {{LayerOp::GRU, 70}, {LayerOp::Last}, {LayerOp::Linear, 5}, {LayerOp::Softmax}};
+  b.seed = 12;
+  specs.push_back(b);
+  ModelSpec c;  // tanh RNN, K past one int4 group, no bias
+  c.input_size = 65;
+  c.layers = {{LayerOp::RNN_TANH, 33, 1, false, 0, false}, {LayerOp::Linear, 3}};
+  c.seed = 13;
+  specs.push_back(c);
+  ModelSpec d;  // bidirectional LSTM, W_hh of 300 columns: two k splits
+  d.input_size = 6;
+  d.layers = {{LayerOp::LSTM, 300, 1, true}, {LayerOp::Linear, 4}};
+  d.seed = 14;
+  specs.push_back(d);
+  ModelSpec e;  // LSTM projection with K of 520 (four splits) into 257
+  e.input_size = 8;
+  e.layers = {{LayerOp::LSTM, 520, 1, false, 257}, {LayerOp::Last}, {LayerOp::Linear, 2}};
+  e.seed = 15;
+  specs.push_back(e);
+  ModelSpec f;  // relu RNN, 2 layers, GRU after it
+  f.input_size = 5;
+  f.layers = {{LayerOp::RNN_RELU, 40, 2}, {LayerOp::GRU, 24}, {LayerOp::Linear, 3}};
+  f.seed = 16;
+  specs.push_back(f);
+  const size_t B = 3, T = 6;
+  int persistent = 0;
+  for (const Dt dtype : {Dt::F16, Dt::I8, Dt::I4}) {
+    for (const ModelSpec& spec : specs) {
+      SCOPED_TRACE(std::string(ferry::conv::dtype_name(dtype)) + " model seed " + std::to_string(spec.seed));
+      const ferry::conv::ModelPlan f32 = ferry::test::make_plan(spec);
+      const std::vector<uint8_t> qbytes = ferry::conv::build_model(quantized_plan(f32, dtype)).to_vector();
+      Runner ref(qbytes, B, T), fref(ferry::conv::build_model(f32).to_vector(), B, T);
+      ASSERT_EQ(ref.status(), FERRY_OK) << ref.last_error();
+      const ferry_model* m = ref.model();
+      EXPECT_EQ(m->layers[0].dtype, dtype == Dt::F16 ? ferry::DType::kF16 : dtype == Dt::I8 ? ferry::DType::kI8
+                                                                                            : ferry::DType::kI4);
+      std::vector<float> x(B * T * spec.input_size);
+      for (size_t i = 0; i < x.size(); ++i) x[i] = ferry::test::uniform_pm1(spec.seed, 99, i);
+      std::vector<int32_t> lengths = {static_cast<int32_t>(T), 2, 5};
+      if (!m->lengths_ok) lengths.clear();
+      std::vector<float> want, want_f32, got, graph;
+      ASSERT_EQ(ref.run(x, B, T, &want, lengths.data()), FERRY_OK);
+      ASSERT_EQ(fref.run(x, B, T, &want_f32, lengths.data()), FERRY_OK);
+      EmulatedSession s(m, B, T, h100(), false), g(m, B, T, no_cooperative(), true);
+      ASSERT_EQ(s.status(), FERRY_OK) << ferry_last_error();
+      ASSERT_EQ(s.run(x, B, T, lengths, &got), FERRY_OK);
+      ASSERT_EQ(g.run(x, B, T, lengths, &graph), FERRY_OK);
+      EXPECT_LE(max_abs_diff(got, want), 1e-4) << "vs the reference backend";
+      EXPECT_LE(max_abs_diff(s.state(B), reference_state(ref, B)), 1e-4) << "final state";
+      EXPECT_LE(max_abs_diff(got, want_f32), bound_vs_f32(dtype)) << "vs fp32";
+      EXPECT_TRUE(bit_equal(got, graph)) << "persistent vs graph";
+      persistent += s.device().persistent;
+      if (m->streamable) {
+        EmulatedSession whole(m, B, T, orin(), false), stream(m, B, 1, h100(), false);
+        std::vector<float> y;
+        ASSERT_EQ(whole.run(x, B, T, {}, &y), FERRY_OK);
+        EXPECT_TRUE(bit_equal(y, emulated_steps(stream, m, x, {}, B, T))) << "step vs run";
+        EXPECT_TRUE(bit_equal(whole.state(B), stream.state(B))) << "final state, step vs run";
+      }
+    }
+  }
+  EXPECT_GE(persistent, 10);
+}
+
+// The int8 and int4 products are the CPU kernel sets' (kernel_set.h's
+// formulas) bit for bit where K needs no split (K < 256): a Linear chain,
+// whose every product is one quantized GEMM, gives the reference backend's
+// bits; and so does a GRU cell's first step (its recurrent product from
+// h = 0 is exactly zero, its input product the CPU's).
+TEST(CudaHost, QuantizedProductsAreTheCpuSetsBitForBit) {
+  using ferry::conv::LayerOp;
+  for (const Dt dtype : {Dt::I8, Dt::I4}) {
+    SCOPED_TRACE(ferry::conv::dtype_name(dtype));
+    ModelSpec spec;
+    spec.input_size = 200;
+    spec.layers = {{LayerOp::Linear, 70}, {LayerOp::Linear, 33}, {LayerOp::Linear, 9, 1, false, 0, false}};
+    spec.seed = 31;
+    const std::vector<uint8_t> bytes =
+        ferry::conv::build_model(quantized_plan(ferry::test::make_plan(spec), dtype)).to_vector();
+    const size_t B = 11;
+    Runner ref(bytes, B, 1);
+    ASSERT_EQ(ref.status(), FERRY_OK) << ref.last_error();
+    std::vector<float> x(B * spec.input_size), want, got;
+    for (size_t i = 0; i < x.size(); ++i) x[i] = ferry::test::uniform_pm1(7, 7, i) * (i % 13 == 0 ? 40.0f : 1.0f);
+    x[5] = 0.0f;
+    ASSERT_EQ(ref.run(x, B, 1, &want), FERRY_OK);
+    EmulatedSession s(ref.model(), B, 1, orin(), false);
+    ASSERT_EQ(s.status(), FERRY_OK);
+    ASSERT_EQ(s.run(x, B, 1, {}, &got), FERRY_OK);
+    EXPECT_TRUE(bit_equal(got, want)) << max_abs_diff(got, want);
+    EXPECT_EQ(s.device().quantizes, 3) << "each Linear's input quantized once";
+  }
+}
+
+// A model after --fallback (int4 LSTM, int8 and f16 Linears, an fp32
+// Linear, each layer its own reader): within 1e-4 of the reference
+// backend; step == run.
+TEST(CudaHost, MixedDtypesInOneModel) {
+  using ferry::conv::LayerOp;
+  ModelSpec spec;
+  spec.input_size = 12;
+  spec.layers = {{LayerOp::LSTM, 40}, {LayerOp::Linear, 24}, {LayerOp::Tanh}, {LayerOp::Linear, 16},
+                 {LayerOp::Linear, 6}};
+  spec.seed = 21;
+  ferry::conv::ModelPlan plan = ferry::test::make_plan(spec);
+  ferry::conv::apply_precisions(plan, {{0, Dt::I4, ""}, {1, Dt::I8, ""}, {3, Dt::F16, ""}});
+  const std::vector<uint8_t> bytes = ferry::conv::build_model(plan).to_vector();
+  const size_t B = 2, T = 5;
+  Runner ref(bytes, B, T);
+  ASSERT_EQ(ref.status(), FERRY_OK) << ref.last_error();
+  const ferry_model* m = ref.model();
+  EXPECT_EQ(m->layers[0].dtype, ferry::DType::kI4);
+  EXPECT_EQ(m->layers[4].dtype, ferry::DType::kF32);
+  std::vector<float> x(B * T * spec.input_size), want, got;
+  for (size_t i = 0; i < x.size(); ++i) x[i] = ferry::test::uniform_pm1(5, 99, i);
+  ASSERT_EQ(ref.run(x, B, T, &want), FERRY_OK);
+  EmulatedSession s(m, B, T, thor(), false), st(m, B, 1, thor(), true);
+  ASSERT_EQ(s.status(), FERRY_OK) << ferry_last_error();
+  ASSERT_EQ(s.run(x, B, T, {}, &got), FERRY_OK);
+  EXPECT_LE(max_abs_diff(got, want), 1e-4);
+  EXPECT_TRUE(bit_equal(got, emulated_steps(st, m, x, {}, B, T)));
+}
+
+// The op fixtures quantized as `ferry convert --quantize` quantizes them
+// (their LSTM / GRU / RNN / Linear layers; Conv1d and the per-feature
+// layers stay fp32): the emulated CUDA backend within 1e-4 of the
+// reference backend on the same file, and no further from PyTorch's fp32
+// output than the reference backend is (plus that 1e-4).
+TEST(CudaHost, QuantizedOpFixturesMatchTheReferenceBackend) {
+  int weighted = 0;
+  for (const Dt dtype : {Dt::F16, Dt::I8, Dt::I4}) {
+    std::vector<std::string> errors;
+    const std::vector<OpFixtureCase> cases = ferry::test::op_fixture_cases(dtype, &errors);
+    // (The converter's --quantize refuses some fixtures in its accuracy
+    // pass, which runs one step of floats: a conv that needs more steps, a
+    // model taking token ids. A converter defect, reported with this work;
+    // those files exist in fp32 only, for the CPU as for CUDA.)
+    for (const std::string& e : errors) {
+      EXPECT_NE(e.find(": internal: "), std::string::npos) << e;
+      if (dtype == Dt::F16) std::printf("not quantized by the converter: %s\n", e.c_str());
+    }
+    for (const OpFixtureCase& c : cases) {
+      SCOPED_TRACE(std::string(ferry::conv::dtype_name(dtype)) + " " + c.name);
+      Runner ref(c.bytes.to_vector(), c.batch, c.seq, FERRY_BACKEND_REFERENCE);
+      ASSERT_EQ(ref.status(), FERRY_OK) << ref.last_error();
+      const ferry_model* m = ref.model();
+      bool quantized = false;
+      for (uint32_t i = 0; i < m->num_layers; ++i) quantized = quantized || m->layers[i].dtype != ferry::DType::kF32;
+      if (!quantized) continue;
+      ++weighted;
+      EXPECT_EQ(fc::check_file(m), FERRY_OK) << ferry_last_error();
+      const std::vector<float> want = reference_output(ref, c.input, c.tokens, c.batch, c.seq, c.lengths);
+      EmulatedSession s(m, c.batch, c.seq, orin(), false);
+      ASSERT_EQ(s.status(), FERRY_OK) << ferry_last_error();
+      std::vector<float> got;
+      ASSERT_EQ(s.run(c.input, c.batch, c.seq, c.lengths, &got, c.tokens.empty() ? nullptr : &c.tokens), FERRY_OK);
+      EXPECT_LE(max_abs_diff(got, want), 1e-4) << "vs the reference backend";
+      EXPECT_LE(max_abs_diff(got, c.pytorch), max_abs_diff(want, c.pytorch) + 1e-4) << "vs PyTorch (fp32)";
+    }
+  }
+  EXPECT_GE(weighted, 3 * 18);
+}
+
+// What becomes persistent (W_hh in shared memory, one block per SM) per
+// stored dtype, for a one-sample LSTM of H = H_out, on an Orin (16 SMs,
+// 163 KiB a block) and an H100 (132 SMs, 227 KiB): the rule counts the
+// bytes of the stored dtype, so an f16 / int8 / int4 W_hh fits where an
+// f32 one does not.
+//
+//   H      Orin: f32 f16 i8 i4     H100: f32 f16 i8 i4
+//   256          yes yes yes yes         yes yes yes yes
+//   512          no  yes yes yes         yes yes yes yes
+//   1024         no  no  no  yes         yes yes yes yes
+//   2048         no  no  no  no          no  no  yes yes
+//   4096         no  no  no  no          no  no  no  no
+TEST(CudaHost, PersistentRulePerDtype) {
+  struct Row {
+    uint32_t hidden;
+    bool orin[4], h100[4];  // f32, f16, i8, i4
+  } rows[] = {
+      {256, {true, true, true, true}, {true, true, true, true}},
+      {512, {false, true, true, true}, {true, true, true, true}},
+      {1024, {false, false, false, true}, {true, true, true, true}},
+      {2048, {false, false, false, false}, {false, false, true, true}},
+      {4096, {false, false, false, false}, {false, false, false, false}},
+  };
+  const int32_t types[4] = {fc::kWeightF32, fc::kWeightF16, fc::kWeightI8, fc::kWeightI4};
+  for (const Row& row : rows) {
+    for (int t = 0; t < 4; ++t) {
+      for (const bool on_orin : {true, false}) {
+        SCOPED_TRACE("H " + std::to_string(row.hidden) + " type " + std::to_string(types[t]) +
+                     (on_orin ? " orin" : " h100"));
+        fc::CellShape shape;
+        shape.hidden = shape.h_out = row.hidden;
+        shape.type = types[t];
+        const fc::DeviceCaps caps = on_orin ? orin() : h100();
+        fc::Recurrence r;
+        ASSERT_EQ(fc::choose_recurrence(shape, 1, caps, &r), FERRY_OK) << ferry_last_error();
+        EXPECT_EQ(r.persistent, on_orin ? row.orin[t] : row.h100[t]) << r.reason;
+        // The step kernels stay within their 48 KiB whatever the type.
+        EXPECT_LE(r.step.shared_a, fc::kStepSharedBytes);
+        if (!r.persistent) continue;
+        const size_t panel = fc::panel_bytes(types[t], 4, row.hidden);
+        EXPECT_EQ(r.resident_weights, fc::align16(r.resident.panels_per_block * panel));
+        EXPECT_LE(r.resident_shared, std::min(caps.shared_per_block_optin, caps.shared_per_sm - 1024));
+      }
+    }
+  }
+  // The bytes per panel (8 units x 4 gates x K columns): 4, 2, 1 and 1/2
+  // per weight, K padded to 4 (int8) and 32 (int4).
+  EXPECT_EQ(fc::panel_bytes(fc::kWeightF32, 4, 100), 32u * 100 * 4);
+  EXPECT_EQ(fc::panel_bytes(fc::kWeightF16, 4, 100), 32u * 100 * 2);
+  EXPECT_EQ(fc::panel_bytes(fc::kWeightI8, 4, 100), 32u * 100);
+  EXPECT_EQ(fc::panel_bytes(fc::kWeightI4, 4, 100), 32u * 128 / 2);
+}
+
+// The readers index the stored layouts as shared/weight_layout.h defines
+// them: every (row, column) of random matrices packed by the converter's
+// quantizer (shared/weight_quant.h) read back through the readers' chunks
+// equals the dequantized value the CPU's index functions give.
+TEST(CudaHost, ReadersIndexTheStoredLayouts) {
+  const uint32_t G = 3, units = 13, K = 70;
+  std::vector<float> w(size_t(G) * units * K);
+  for (size_t i = 0; i < w.size(); ++i) w[i] = ferry::test::uniform_pm1(3, 1, i);
+  std::vector<uint16_t> f16(ferry::layout::panel8_elements(G, units, K));
+  ASSERT_TRUE(ferry::quant::pack_f16_panel8(w.data(), G, units, K, f16.data()));
+  std::vector<int8_t> i8(ferry::layout::panel8x4_bytes(G, units, K));
+  std::vector<float> i8_scales(ferry::layout::row_scale_elements(G, units));
+  ASSERT_TRUE(ferry::quant::quantize_i8_panel8x4(w.data(), G, units, K, i8.data(), i8_scales.data()));
+  std::vector<uint8_t> i4(ferry::layout::panel8x8q4_bytes(G, units, K));
+  std::vector<uint16_t> i4_scales(ferry::layout::group_scale_elements(G, units, K));
+  ASSERT_TRUE(ferry::quant::quantize_i4_panel8x8q4(w.data(), G, units, K, i4.data(), i4_scales.data()));
+  const fc::DeviceWeight dh{f16.data(), nullptr, fc::kWeightF16, int32_t(G), int32_t(K), 0};
+  const fc::DeviceWeight d8{i8.data(), i8_scales.data(), fc::kWeightI8, int32_t(G), int32_t(K), 0};
+  const fc::DeviceWeight d4{i4.data(), i4_scales.data(), fc::kWeightI4, int32_t(G), int32_t(K), 0};
+  // A one-hot activation row picks column k out of each chain.
+  for (uint32_t q = 0; q < G * fc::panels_of(units); ++q) {
+    for (uint32_t j = 0; j < 8; ++j) {
+      const uint32_t g = q % G, u = (q / G) * 8 + j;
+      if (u >= units) continue;
+      for (uint32_t k = 0; k < K; ++k) {
+        std::vector<float> onehot(K, 0.0f);
+        onehot[k] = 1.0f;
+        std::vector<int8_t> qrow(96, 0);
+        qrow[k] = 1;
+        const float half = ferry::layout::float_from_half(f16[ferry::layout::panel8_index(G, K, g, u, k)]);
+        const float h = fc::lane_partial<fc::Reader<fc::kWeightF16>>(dh, q, j, onehot.data(), 0, K);
+        ASSERT_EQ(h, half) << q << " " << j << " " << k;
+        const int32_t d = fc::lane_partial<fc::Reader<fc::kWeightI8>>(d8, q, j, qrow.data(), 0, (K + 3) / 4);
+        ASSERT_EQ(d, i8[ferry::layout::panel8x4_index(G, K, g, u, k)]);
+        ASSERT_EQ(fc::Reader<fc::kWeightI8>::finish(fc::Reader<fc::kWeightI8>::lane(d8, q, j), 1, 1.0f, 0.0f),
+                  i8_scales[ferry::layout::gate_column(G, g, u)]);
+        const float s4 = ferry::layout::float_from_half(
+            i4_scales[ferry::layout::group_scale_index(G, K, g, u, k / 32)]);
+        const float v4 = fc::lane_partial<fc::Reader<fc::kWeightI4>>(d4, q, j, qrow.data(), 0, (K + 31) / 32);
+        ASSERT_EQ(v4, s4 * static_cast<float>(ferry::layout::panel8x8q4_load(i4.data(), G, K, g, u, k)));
+      }
+    }
+  }
 }
 
 }  // namespace

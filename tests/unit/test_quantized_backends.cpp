@@ -1,5 +1,7 @@
 // The runtime's guarantees for quantized models (f16, int8, int4), on every
-// CPU backend, the same checks the f32 backend test makes: results within
+// backend (CUDA: skipped, with the reason, where it is not built or no GPU
+// is visible; test_cuda_host.cpp checks its arithmetic on the CPU), the
+// same checks the f32 backend test makes: results within
 // float tolerance of the reference backend (the quantized products are
 // bit-identical between sets; only the nonlinearities differ), ferry_step
 // bit-identical to ferry_run (output and state), the same bits on 1, 2 and 3
@@ -204,7 +206,7 @@ TEST(QuantizedBackendsMixed, FourDtypesInOneModel) {
   Session ref(q, session_options(FERRY_BACKEND_REFERENCE, B, T));
   ASSERT_EQ(ref.status, FERRY_OK) << ferry_last_error();
   const std::vector<float> want = run(q, ref, x, B, T);
-  for (ferry_backend b : {FERRY_BACKEND_SIMD, FERRY_BACKEND_XNNPACK, FERRY_BACKEND_AUTO}) {
+  for (ferry_backend b : {FERRY_BACKEND_SIMD, FERRY_BACKEND_XNNPACK, FERRY_BACKEND_AUTO, FERRY_BACKEND_CUDA}) {
     SCOPED_TRACE(ferry_backend_name(b));
     Session s(q, session_options(b, B, T));
     if (s.status == FERRY_UNSUPPORTED) continue;
@@ -269,7 +271,8 @@ std::string param_name(const ::testing::TestParamInfo<Param>& info) {
 
 INSTANTIATE_TEST_SUITE_P(, QuantizedBackends,
                          ::testing::Combine(::testing::Values(FERRY_BACKEND_REFERENCE, FERRY_BACKEND_SIMD,
-                                                              FERRY_BACKEND_XNNPACK, FERRY_BACKEND_AUTO),
+                                                              FERRY_BACKEND_XNNPACK, FERRY_BACKEND_AUTO,
+                                                              FERRY_BACKEND_CUDA),
                                             ::testing::Values(DType::F16, DType::I8, DType::I4)),
                          param_name);
 

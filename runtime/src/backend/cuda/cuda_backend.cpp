@@ -165,8 +165,41 @@ ferry_status launched(cudaError_t e, const char* kernel) {
   return e == cudaSuccess ? FERRY_OK : cuda_fail(FERRY_INVALID_STATE, kernel, e);
 }
 
+ferry_status op_copy(void* ctx, void* dst, const void* src, size_t bytes) {
+  const cudaError_t e =
+      cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, static_cast<CudaSession*>(ctx)->stream);
+  return e == cudaSuccess ? FERRY_OK : cuda_fail(FERRY_INVALID_STATE, "cuda: copy on the device (cudaMemcpyAsync)", e);
+}
+
+cudaStream_t stream_of(void* ctx) { return static_cast<CudaSession*>(ctx)->stream; }
+
+// The kernel names of launch errors, by weight type (WeightType order).
+const char* const kGemmNames[kWeightTypes] = {"cuda: launch of gemm_f32_panel8", "cuda: launch of gemm_f16_panel8",
+                                              "cuda: launch of gemm_i8_panel8x4", "cuda: launch of gemm_i4_panel8x8q4"};
+const char* const kPersistentNames[kWeightTypes] = {
+    "cuda: cooperative launch of recurrent_f32_panel8_persistent",
+    "cuda: cooperative launch of recurrent_f16_panel8_persistent",
+    "cuda: cooperative launch of recurrent_i8_panel8x4_persistent",
+    "cuda: cooperative launch of recurrent_i4_panel8x8q4_persistent"};
+
+const char* name_of(const char* const (&names)[kWeightTypes], int32_t type) {
+  return type >= 0 && type < kWeightTypes ? names[type] : names[0];
+}
+
 ferry_status op_gemm(void* ctx, const GemmParams& p) {
-  return launched(launch_gemm(p, static_cast<CudaSession*>(ctx)->stream), "cuda: launch of gemm_f32_panel8");
+  return launched(launch_gemm(p, stream_of(ctx)), name_of(kGemmNames, p.w.type));
+}
+
+ferry_status op_quantize(void* ctx, const QuantizeParams& p) {
+  return launched(launch_quantize(p, stream_of(ctx)), "cuda: launch of quantize_rows");
+}
+
+ferry_status op_conv(void* ctx, const ConvParams& p) {
+  return launched(launch_conv(p, stream_of(ctx)), "cuda: launch of gemm_f32_panel8 (Conv1d patches)");
+}
+
+ferry_status op_conv_state(void* ctx, const ConvParams& p) {
+  return launched(launch_conv_state(p, stream_of(ctx)), "cuda: launch of conv_state_f32");
 }
 
 ferry_status op_recurrent(void* ctx, const CellRuntime& cell, StepLaunch how) {
@@ -175,7 +208,7 @@ ferry_status op_recurrent(void* ctx, const CellRuntime& cell, StepLaunch how) {
     case StepLaunch::kPersistent:
       return launched(launch_recurrent_persistent(cell.resident, cell.recurrence.resident.blocks,
                                                   cell.recurrence.resident_shared, cs->stream),
-                      "cuda: cooperative launch of recurrent_f32_panel8_persistent");
+                      name_of(kPersistentNames, cell.resident.w_hh.type));
     case StepLaunch::kGraphMany:
       return launched(cudaGraphLaunch(static_cast<cudaGraphExec_t>(cell.graph_many), cs->stream),
                       "cuda: cudaGraphLaunch (steps of a recurrent cell)");
@@ -186,24 +219,36 @@ ferry_status op_recurrent(void* ctx, const CellRuntime& cell, StepLaunch how) {
                   "cuda: cudaGraphLaunch (one step of a recurrent cell)");
 }
 
-ferry_status op_activation(void* ctx, int32_t op, float* x, size_t n) {
-  return launched(launch_activation(op, x, n, static_cast<CudaSession*>(ctx)->stream), "cuda: launch of activation_f32");
+ferry_status op_pointwise(void* ctx, const OpParams& op, float* x, size_t rows) {
+  return launched(launch_pointwise(op, x, rows, stream_of(ctx)), "cuda: launch of pointwise_f32");
 }
 
-ferry_status op_softmax(void* ctx, float* x, size_t rows, size_t n) {
-  return launched(launch_softmax(x, rows, n, static_cast<CudaSession*>(ctx)->stream), "cuda: launch of softmax_f32");
+ferry_status op_rows(void* ctx, const OpParams& op, float* x, size_t rows) {
+  return launched(launch_rows(op, x, rows, stream_of(ctx)), "cuda: launch of rows_f32");
+}
+
+ferry_status op_add(void* ctx, float* x, const float* y, size_t n) {
+  return launched(launch_add(x, y, n, stream_of(ctx)), "cuda: launch of add_f32");
 }
 
 ferry_status op_last(void* ctx, const LastParams& p) {
-  return launched(launch_last(p, static_cast<CudaSession*>(ctx)->stream), "cuda: launch of last_f32");
+  return launched(launch_last(p, stream_of(ctx)), "cuda: launch of last_f32");
+}
+
+ferry_status op_pool(void* ctx, const PoolParams& p) {
+  return launched(launch_pool(p, stream_of(ctx)), "cuda: launch of pool_f32");
+}
+
+ferry_status op_embed(void* ctx, const EmbedParams& p) {
+  return launched(launch_embed(p, stream_of(ctx)), "cuda: launch of embed_f32");
 }
 
 ferry_status op_ingest(void* ctx, const IngestParams& p) {
-  return launched(launch_ingest(p, static_cast<CudaSession*>(ctx)->stream), "cuda: launch of ingest_f32");
+  return launched(launch_ingest(p, stream_of(ctx)), "cuda: launch of ingest_f32");
 }
 
 ferry_status op_emit(void* ctx, const EmitParams& p) {
-  return launched(launch_emit(p, static_cast<CudaSession*>(ctx)->stream), "cuda: launch of emit_f32");
+  return launched(launch_emit(p, stream_of(ctx)), "cuda: launch of emit_f32");
 }
 
 ferry_status op_finish(void* ctx) {
@@ -212,8 +257,9 @@ ferry_status op_finish(void* ctx) {
                           : cuda_fail(FERRY_INVALID_STATE, "cuda: a kernel or copy of this call failed (cudaStreamSynchronize)", e);
 }
 
-const DeviceOps kCudaOps = {op_to_device, op_to_host, op_zero,   op_gemm,  op_recurrent, op_activation,
-                            op_softmax,   op_last,    op_ingest, op_emit, op_finish};
+const DeviceOps kCudaOps = {op_to_device, op_to_host,  op_copy,      op_zero,  op_gemm,  op_quantize,
+                            op_conv,      op_conv_state, op_recurrent, op_pointwise, op_rows, op_add,
+                            op_last,      op_pool,     op_embed,     op_ingest, op_emit, op_finish};
 
 // ------------------------------------------------------------ session --
 
@@ -341,7 +387,8 @@ ferry_status acquire(ferry_session* s, CudaSession* cs, const SessionConfig& con
     }
     if (cell.use_persistent) {
       int per_sm = 0;
-      e = persistent_occupancy(cell.recurrence.resident_shared, cs->caps.shared_per_block_optin, &per_sm);
+      e = persistent_occupancy(cell.resident.w_hh.type, cell.recurrence.resident_shared,
+                               cs->caps.shared_per_block_optin, &per_sm);
       if (e != cudaSuccess) return cuda_fail(FERRY_UNSUPPORTED, "cuda: occupancy of the persistent kernel", e);
       if (per_sm < 1 || static_cast<uint64_t>(per_sm) * cs->caps.sm_count < cell.recurrence.resident.blocks) {
         cell.use_persistent = false;

@@ -5,7 +5,9 @@
 // fixed-order dot products and the cell updates.
 //
 // The device reads the model's weights as the converter stored them
-// (Panel8, shared/weight_layout.h): uploaded in one piece, never repacked.
+// (Panel8 and its quantized forms, shared/weight_layout.h; the readers of
+// device_weights.h): uploaded in one piece, never repacked. The chain's
+// other ops (conv, norms, activations, pooling, ...) are device_ops.h.
 // Panel8 suits a warp: for a fixed column k, the 8 units x G gates of a
 // panel are contiguous, so lane l of a warp takes Panel8 "vector"
 // q = 4w + l/8 (gate q % G of panel q / G), unit lane j = l % 8, and each
@@ -15,7 +17,9 @@
 // product is one fmaf chain over its columns in ascending order, split into
 // a number of column ranges that depends only on the width K
 // (k_splits_for), the partial sums added left to right; the bias (or the
-// recurrent initial value) is added last. Which thread, block, kernel or
+// recurrent initial value) is added last. (f16: the same on the exactly
+// converted weights; int8 / int4: device_weights.h, whose readers give
+// every weight type's chain and its finish.) Which thread, block, kernel or
 // launch strategy computes an output never changes a bit of it, so
 // ferry_step equals ferry_run bit for bit, and the persistent kernel equals
 // the CUDA Graph replay. The kernels are compiled with --fmad=false: the
@@ -26,11 +30,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#if defined(__CUDACC__)
-#define FERRY_HD __host__ __device__ __forceinline__
-#else
-#define FERRY_HD inline
-#endif
+#include "backend/cuda/device_weights.h"  // FERRY_HD, Panel8 indexing, the weight readers
 
 // A load of data other blocks of the same kernel wrote (the state between
 // the steps of the persistent kernel): from L2, never a stale L1 line.
@@ -78,20 +78,6 @@ FERRY_HD const int32_t* desc_lengths(const CallDesc* d) {
 
 // ------------------------------------------------------------ Panel8 ----
 
-FERRY_HD uint32_t panels_of(uint32_t units) { return (units + 7u) / 8u; }
-
-// Element offset of vector q, lane 0, column 0 of a Panel8 matrix of G
-// gates and K columns; column k is k * G * 8 further (weight_layout.h).
-FERRY_HD size_t vector_offset(uint32_t G, uint32_t K, uint32_t q) {
-  return (size_t{q / G} * K * G + q % G) * 8u;
-}
-
-// Element (c, k) of a Panel8 matrix read as a GEMM operand: output column
-// c = 8q + j (panel order; the natural order when G = 1).
-FERRY_HD size_t gemm_weight_index(uint32_t G, uint32_t K, uint32_t c, uint32_t k) {
-  return vector_offset(G, K, c / 8u) + size_t{k} * G * 8u + c % 8u;
-}
-
 // Column of gate g of unit u in a panel-order gate row.
 FERRY_HD uint32_t gate_column(uint32_t G, uint32_t g, uint32_t u) { return ((u / 8u) * G + g) * 8u + u % 8u; }
 
@@ -102,19 +88,6 @@ FERRY_HD uint32_t k_splits_for(uint32_t K) {
 FERRY_HD uint32_t k_chunk_for(uint32_t K) {
   const uint32_t s = k_splits_for(K);
   return (K + s - 1u) / s;
-}
-
-// One partial of one output: vector q, lane j of a Panel8 matrix `w` (G, K)
-// against `x`, columns [k0, k1), one fmaf chain from 0. The kernels inline
-// this loop with several samples per weight load; each sample's chain is
-// exactly this one.
-FERRY_HD float panel_dot(const float* w, uint32_t G, uint32_t K, uint32_t q, uint32_t j, const float* x, uint32_t k0,
-                         uint32_t k1) {
-  const float* p = w + vector_offset(G, K, q) + j;
-  const size_t stride = size_t{G} * 8u;
-  float acc = 0.0f;
-  for (uint32_t k = k0; k < k1; ++k) acc = fmaf(p[k * stride], x[k], acc);
-  return acc;
 }
 
 // The panels [p0, p1) of `panels` that block `block` owns, `per_block` each.
@@ -129,54 +102,39 @@ FERRY_HD void block_range(uint32_t block, uint32_t per_block, uint32_t panels, u
 FERRY_HD float sigmoid_f(float x) { return 1.0f / (1.0f + expf(-x)); }
 
 // The new hidden value of one unit of one sample (PyTorch's equations, as
-// kernels/reference/reference.cpp writes them). x[g]: bias + W_ih x of gate
-// g; r[g]: W_hh h of gate g. LSTM gates i, f, g, o; `c` is updated in
-// place. GRU gates r, z, n: n = tanh(x_n + r * (W_hn h + b_hn)),
-// h' = (1 - z) n + z h. RNN: tanh or relu of x + r.
-FERRY_HD float cell_update(int32_t op, const float* x, const float* r, float b_hn, float h_prev, float* c) {
+// kernels/reference/reference.cpp writes them) from its gates' complete
+// pre-activations a[g] = bias + W_ih x + W_hh h (each product's finish():
+// the input part is the recurrent product's init), except GRU's n gate,
+// whose parts stay apart: n = tanh(n_x + r * a[2]) with n_x = b_in + W_in x
+// and a[2] = b_hn + W_hn h; h' = (1 - z) n + z h. LSTM gates i, f, g, o; `c`
+// is updated in place. RNN: tanh or relu of a[0].
+FERRY_HD float cell_update(int32_t op, const float* a, float n_x, float h_prev, float* c) {
   switch (op) {
     case kCellLstm: {
-      const float i = sigmoid_f(x[0] + r[0]);
-      const float f = sigmoid_f(x[1] + r[1]);
-      const float g = tanhf(x[2] + r[2]);
-      const float o = sigmoid_f(x[3] + r[3]);
+      const float i = sigmoid_f(a[0]);
+      const float f = sigmoid_f(a[1]);
+      const float g = tanhf(a[2]);
+      const float o = sigmoid_f(a[3]);
       const float c_new = f * *c + i * g;
       *c = c_new;
       return o * tanhf(c_new);
     }
     case kCellGru: {
-      const float rr = sigmoid_f(x[0] + r[0]);
-      const float z = sigmoid_f(x[1] + r[1]);
-      const float n = tanhf(x[2] + rr * (r[2] + b_hn));
+      const float rr = sigmoid_f(a[0]);
+      const float z = sigmoid_f(a[1]);
+      const float n = tanhf(n_x + rr * a[2]);
       return (1.0f - z) * n + z * h_prev;
     }
     case kCellRnnRelu: {
-      const float v = x[0] + r[0];
+      const float v = a[0];
       return v < 0.0f ? 0.0f : v;  // NaN stays NaN
     }
     default:
-      return tanhf(x[0] + r[0]);
+      return tanhf(a[0]);
   }
 }
 
 // ------------------------------------------------ what kernels receive --
-
-// C[r][c] = bias[c] + sum_k A[r][k] * W(c, k), rows r < m, columns c < n;
-// W is a Panel8 matrix of `gates` gates and `k` columns read through
-// gemm_weight_index (a cell's w_ih gives panel-order gate rows; a Linear's
-// weight, G = 1, the natural order).
-struct GemmParams {
-  const float* a;
-  int64_t lda;
-  int64_t m;
-  const float* w;
-  int32_t gates;
-  int32_t k;
-  const float* bias;  // n floats, or null for 0
-  float* c;
-  int64_t ldc;
-  int32_t n;
-};
 
 // One (layer, direction) cell of a recurrent module. Fixed at session init
 // (a CUDA Graph captures it by value); what changes per call is read from
@@ -203,9 +161,9 @@ struct RecurrentParams {
   int32_t batch_slices;  // phase A: the batch split over this many groups of blocks (1: not split)
   int32_t y_stride;  // floats between output rows (the module's width)
   int32_t y_offset;  // this direction's first column
-  const float* w_hh;   // Panel8 [G*H, P]
+  DeviceWeight w_hh;   // [G*H, P] in the cell's dtype
   const float* b_hn;   // GRU [H] (Panel8 of G = 1: natural order), or null
-  const float* w_hr;   // Panel8 [P, H], or null
+  DeviceWeight w_hr;   // [P, H] in the cell's dtype, or data null
   const float* xproj;  // [T][B][cols]: bias + W_ih x, panel order
   float* h[2];         // [max_batch][P] each
   float* c;            // LSTM [max_batch][H], else null
@@ -267,26 +225,67 @@ FERRY_HD StepView step_view(const RecurrentParams& p, const CallView& call, int3
   return v;
 }
 
+// Shared memory of one pass of phase A or B: `tile` staged input rows of K
+// floats (h, or h_full before a projection), for int8 / int4 their
+// scales and quantized bytes (quantize_row, or the same bytes computed in
+// parallel), and the partial products [splits][tile][outs] (float, or
+// int32 for int8: 4 bytes either way). Offsets in bytes, 16-aligned.
+struct PhaseShared {
+  size_t scales, q, part, bytes;
+  uint32_t ldq;
+};
+
+FERRY_HD size_t align16(size_t n) { return (n + 15u) / 16u * 16u; }
+
+FERRY_HD PhaseShared phase_shared(int32_t type, uint32_t K, uint32_t tile, uint32_t outs) {
+  PhaseShared s;
+  s.ldq = activation_row_bytes(type, K);
+  s.scales = align16(size_t{tile} * K * 4u);
+  s.q = align16(s.scales + (s.ldq ? size_t{tile} * 4u : 0u));
+  s.part = align16(s.q + size_t{tile} * s.ldq);
+  s.bytes = s.part + size_t{k_splits_for(K)} * tile * outs * 4u;
+  return s;
+}
+
+// Bytes per staged sample of a pass (what a tile costs, padding aside).
+FERRY_HD size_t phase_sample_bytes(int32_t type, uint32_t K, uint32_t outs) {
+  const uint32_t ldq = activation_row_bytes(type, K);
+  return size_t{K} * 4u + (ldq ? ldq + 4u : 0u) + size_t{k_splits_for(K)} * outs * 4u;
+}
+
+// Phase A / phase B shared memory for a block of `panels` panels.
+FERRY_HD size_t phase_a_bytes(int32_t type, uint32_t G, uint32_t P, uint32_t panels, uint32_t tile) {
+  return phase_shared(type, P, tile, panels * G * 8u).bytes;
+}
+FERRY_HD size_t phase_b_bytes(int32_t type, uint32_t H, uint32_t panels, uint32_t tile) {
+  return phase_shared(type, H, tile, panels * 8u).bytes;
+}
+
 // The sum of the column splits of output `row` of staged sample bb, left to
-// right: part is [splits][tile][rows].
-FERRY_HD float sum_splits(const float* part, int32_t splits, int32_t tile, int32_t rows, int32_t bb, int32_t row) {
-  float r = part[static_cast<size_t>(bb) * rows + row];
+// right (integers for int8: exact): part is [splits][tile][rows].
+template <class R>
+FERRY_HD typename R::Partial sum_splits(const typename R::Partial* part, int32_t splits, int32_t tile, int32_t rows,
+                                        int32_t bb, int32_t row) {
+  typename R::Partial r = part[static_cast<size_t>(bb) * rows + row];
   for (int32_t s = 1; s < splits; ++s) r += part[(static_cast<size_t>(s) * tile + bb) * rows + row];
   return r;
 }
 
-// Phase A's update of one unit (ul, within the block whose first panel is
-// p0) of one sample (b; staged as bb in hs [tile][P] and part [splits][tile]
-// [block rows]): gates = xproj + W_hh h, the cell update, and h (or h_full
+// Phase A's update of one unit (ul, within the block whose W_hh panels
+// start at `w`, the first being panel p0) of one sample (b; staged as bb:
+// hs [tile][P], its quantization scale h_scale, part [splits][tile][block
+// rows]): gates = xproj + W_hh h (the product's finish() with the input
+// part as init; GRU's n from b_hn), the cell update, and h (or h_full
 // before a projection) and the output. A sample past its length keeps its
 // state and outputs zeros (with a projection, phase B does both).
-FERRY_HD void phase_a_unit(const RecurrentParams& p, const CallView& call, const StepView& sv, int32_t p0,
-                           int32_t tile, int32_t rows, const float* hs, const float* part, int32_t bb, int32_t b,
-                           int32_t ul) {
+template <class R>
+FERRY_HD void phase_a_unit(const RecurrentParams& p, const DeviceWeight& w, const CallView& call, const StepView& sv,
+                           int32_t p0, int32_t tile, int32_t rows, const float* hs, float h_scale,
+                           const typename R::Partial* part, int32_t bb, int32_t b, int32_t ul) {
   const int32_t G = p.gates, H = p.hidden, P = p.h_out, B = call.batch;
   const int32_t u = p0 * 8 + ul;
   if (u >= H) return;  // a padding unit of the last panel
-  const bool projection = p.w_hr != nullptr;
+  const bool projection = p.w_hr.data != nullptr;
   float* y = p.y + (static_cast<size_t>(sv.t) * B + b) * p.y_stride + p.y_offset;
   if (call.lengths && sv.t >= call.lengths[b]) {
     if (!projection) {
@@ -297,15 +296,21 @@ FERRY_HD void phase_a_unit(const RecurrentParams& p, const CallView& call, const
   }
   const int32_t splits = static_cast<int32_t>(k_splits_for(static_cast<uint32_t>(P)));
   const float* xrow = p.xproj + (static_cast<size_t>(sv.t) * B + b) * p.cols;
-  float x[4] = {0.0f, 0.0f, 0.0f, 0.0f}, r[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  float a[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  float n_x = 0.0f;
   for (int32_t g = 0; g < G; ++g) {
-    r[g] = sum_splits(part, splits, tile, rows, bb, static_cast<int32_t>(gate_column(G, g, ul)));
-    x[g] = xrow[gate_column(G, g, u)];
+    const uint32_t local = gate_column(static_cast<uint32_t>(G), static_cast<uint32_t>(g), static_cast<uint32_t>(ul));
+    const typename R::Partial total = sum_splits<R>(part, splits, tile, rows, bb, static_cast<int32_t>(local));
+    const float x = xrow[gate_column(static_cast<uint32_t>(G), static_cast<uint32_t>(g), static_cast<uint32_t>(u))];
+    const bool gru_n = p.op == kCellGru && g == 2;
+    const float init = gru_n ? (p.b_hn ? p.b_hn[u] : 0.0f) : x;
+    if (gru_n) n_x = x;
+    a[g] = R::finish(R::lane(w, local / 8u, local % 8u), total, h_scale, init);
   }
   float c_unused = 0.0f;
   float* c = p.c ? p.c + static_cast<size_t>(b) * H + u : &c_unused;
   const float h_old = projection ? 0.0f : hs[static_cast<size_t>(bb) * P + u];
-  const float h = cell_update(p.op, x, r, p.b_hn ? p.b_hn[u] : 0.0f, h_old, c);
+  const float h = cell_update(p.op, a, n_x, h_old, c);
   if (projection) {
     p.h_full[static_cast<size_t>(b) * H + u] = h;
   } else {
@@ -315,10 +320,13 @@ FERRY_HD void phase_a_unit(const RecurrentParams& p, const CallView& call, const
 }
 
 // Phase B's result for one projection row (row, within the block whose
-// first projection panel is q0) of one sample: h = W_hr h_full, into the
-// state and the output.
-FERRY_HD void phase_b_row(const RecurrentParams& p, const CallView& call, const StepView& sv, int32_t q0,
-                          int32_t tile, int32_t rows, const float* part, int32_t bb, int32_t b, int32_t row) {
+// W_hr panels start at `w`, the first being projection panel q0) of one
+// sample: h = W_hr h_full (finish() with init -0, which adds nothing), into
+// the state and the output.
+template <class R>
+FERRY_HD void phase_b_row(const RecurrentParams& p, const DeviceWeight& w, const CallView& call, const StepView& sv,
+                          int32_t q0, int32_t tile, int32_t rows, float h_scale, const typename R::Partial* part,
+                          int32_t bb, int32_t b, int32_t row) {
   const int32_t P = p.h_out, B = call.batch;
   const int32_t o = q0 * 8 + row;
   if (o >= P) return;
@@ -329,49 +337,18 @@ FERRY_HD void phase_b_row(const RecurrentParams& p, const CallView& call, const 
     y[o] = 0.0f;
     return;
   }
-  const float h = sum_splits(part, static_cast<int32_t>(k_splits_for(static_cast<uint32_t>(p.hidden))), tile, rows,
-                             bb, row);
+  const int32_t splits = static_cast<int32_t>(k_splits_for(static_cast<uint32_t>(p.hidden)));
+  const typename R::Partial total = sum_splits<R>(part, splits, tile, rows, bb, row);
+  const float h = R::finish(R::lane(w, static_cast<uint32_t>(row) / 8u, static_cast<uint32_t>(row) % 8u), total,
+                            h_scale, -0.0f);
   sv.h_next[at] = h;
   y[o] = h;
-}
-
-// Shared memory floats of phase A / phase B for a block of `panels` panels
-// staging `tile` samples.
-FERRY_HD size_t phase_a_floats(uint32_t G, uint32_t P, uint32_t panels, uint32_t tile) {
-  return size_t{tile} * P + size_t{k_splits_for(P)} * tile * panels * G * 8u;
-}
-FERRY_HD size_t phase_b_floats(uint32_t H, uint32_t panels, uint32_t tile) {
-  return size_t{tile} * H + size_t{k_splits_for(H)} * tile * panels * 8u;
 }
 
 // The counter protocol of a step replayed from a graph: every block reads
 // the step from counter[0] when it starts; the last block of the step's
 // last kernel to finish advances it (to 0 after the call's last step).
 FERRY_HD int32_t next_step(int32_t step, int32_t steps) { return step + 1 == steps ? 0 : step + 1; }
-
-// Copies between time-major [T][B][F] and the model's layout.
-struct EmitParams {
-  const float* src;  // [steps][B][F] time-major
-  float* dst;        // the model's layout
-  int64_t steps, batch, features;
-  int32_t batch_first;         // dst is [B][T][F]
-  const int32_t* lengths;      // zero the positions past each sample's length, or null
-};
-
-struct IngestParams {
-  const float* src;  // the model's layout ([B][T][I] when batch_first)
-  float* dst;        // [T][B][I]
-  int64_t steps, batch, features;
-  int32_t batch_first;
-};
-
-// out[b] = in[(len_b - 1) * B + b] (`last`); len_b = steps without lengths.
-struct LastParams {
-  const float* src;
-  float* dst;
-  int64_t steps, batch, features;
-  const int32_t* lengths;
-};
 
 }  // namespace cuda
 }  // namespace ferry

@@ -25,29 +25,127 @@ ferry_status run_cell_steps(const CellRuntime& cell, size_t steps, const DeviceO
   return FERRY_OK;
 }
 
-// The input projections of every step of one cell: xproj = bias + W_ih x.
-GemmParams input_projection(const ExecState& x, const Cell& cell, const Layer& layer, const float* in,
-                            uint32_t in_width, size_t rows) {
+// A product C = bias + A W of `rows` rows: quantizes A into qact first
+// where W's type reads quantized rows.
+ferry_status product(const ExecState& x, const DeviceOps& ops, void* ctx, const Weight& w, const Weight& bias,
+                     const float* a, size_t lda, size_t rows, float* c, size_t ldc, uint32_t n) {
   GemmParams g{};
-  g.a = in;
-  g.lda = in_width;
+  g.a = a;
+  g.lda = static_cast<int64_t>(lda);
   g.m = static_cast<int64_t>(rows);
-  g.w = device_weight(x, cell.w_ih);
-  g.gates = static_cast<int32_t>(layer.gates);
-  g.k = static_cast<int32_t>(in_width);
-  g.bias = cell.bias ? device_weight(x, cell.bias) : nullptr;
-  g.c = reinterpret_cast<float*>(x.device + x.dev.xproj);
-  g.n = static_cast<int32_t>(layout::gate_row_floats(layer.gates, layer.hidden));
-  g.ldc = g.n;
-  return g;
+  g.w = device_matrix(x, w);
+  g.bias = device_floats(x, bias);
+  g.c = c;
+  g.ldc = static_cast<int64_t>(ldc);
+  g.n = static_cast<int32_t>(n);
+  if (quantizes_activations(g.w.type)) {
+    if (rows > x.dev.qact_rows || activation_row_bytes(g.w.type, w.cols) > x.dev.qact_ld) {
+      return fail(FERRY_INVALID_STATE, "cuda: internal error: %zu quantized rows of %u values exceed the plan", rows,
+                  w.cols);
+    }
+    QuantizeParams q{};
+    q.x = a;
+    q.ldx = static_cast<int64_t>(lda);
+    q.rows = static_cast<int64_t>(rows);
+    q.k = static_cast<int32_t>(w.cols);
+    q.kp = static_cast<int32_t>(padded_cols(g.w.type, w.cols));
+    q.q = reinterpret_cast<int8_t*>(x.device + x.dev.qact);
+    q.ldq = static_cast<int64_t>(x.dev.qact_ld);
+    q.scales = reinterpret_cast<float*>(x.device + x.dev.qscales);
+    const ferry_status st = ops.quantize(ctx, q);
+    if (st != FERRY_OK) return st;
+    g.qa = q.q;
+    g.ldqa = q.ldq;
+    g.a_scales = q.scales;
+  }
+  return ops.gemm(ctx, g);
+}
+
+// The layout of the model's input (and of a sequence output).
+int32_t io_layout(const ferry_model* m) {
+  return m->channels_first ? kChannelsFirst : m->batch_first ? kBatchFirst : kTimeMajor;
+}
+
+// A Conv1d layer's arguments (in -> out, `steps` input steps).
+ConvParams conv_params(const ExecState& x, const Layer& l, const float* in, float* out, size_t steps, size_t batch,
+                       const int32_t* lengths) {
+  ConvParams p{};
+  p.in = in;
+  p.out = out;
+  const size_t history = l.causal ? size_t{l.dilation} * (l.kernel - 1) : 0;
+  p.state = l.causal ? reinterpret_cast<float*>(x.device + x.dev.layer_state) + size_t{l.state_offset} * x.max_batch
+                     : nullptr;
+  p.weight = device_floats(x, l.weight);
+  p.bias = device_floats(x, l.bias);
+  p.lengths = lengths;
+  p.steps = static_cast<int64_t>(steps);
+  p.steps_out = static_cast<int64_t>(conv_output_steps(l, steps));
+  p.batch = static_cast<int64_t>(batch);
+  p.group_stride = static_cast<int64_t>(l.group_stride);
+  p.bias_group_stride = static_cast<int64_t>(l.bias_group_stride);
+  p.channels = static_cast<int32_t>(l.in);
+  p.out_channels = static_cast<int32_t>(l.out);
+  p.groups = static_cast<int32_t>(l.groups);
+  p.kernel = static_cast<int32_t>(l.kernel);
+  p.stride = static_cast<int32_t>(l.stride);
+  p.dilation = static_cast<int32_t>(l.dilation);
+  p.pad = l.causal ? static_cast<int32_t>(history) : static_cast<int32_t>(l.pad_left);
+  p.pad_mode = static_cast<int32_t>(l.pad_mode);
+  p.history = static_cast<int32_t>(history);
+  return p;
 }
 
 }  // namespace
 
-const float* device_weight(const ExecState& x, const Weight& w) {
-  if (!w) return nullptr;
+const uint8_t* device_ptr(const ExecState& x, const void* host) {
   const uint8_t* span = x.model->bytes + x.dev.weights_begin;
-  return reinterpret_cast<const float*>(x.device + (static_cast<const uint8_t*>(w.data) - span));
+  return x.device + (static_cast<const uint8_t*>(host) - span);
+}
+
+const float* device_floats(const ExecState& x, const Weight& w) {
+  return w ? reinterpret_cast<const float*>(device_ptr(x, w.data)) : nullptr;
+}
+
+DeviceWeight device_matrix(const ExecState& x, const Weight& w) {
+  DeviceWeight d{};
+  if (!w) return d;
+  d.data = device_ptr(x, w.data);
+  d.scales = w.dtype == DType::kI8 || w.dtype == DType::kI4 ? device_ptr(x, w.scales) : nullptr;
+  d.type = static_cast<int32_t>(w.dtype);
+  d.gates = w.gates;
+  d.cols = static_cast<int32_t>(w.cols);
+  return d;
+}
+
+bool layer_op(const ExecState& x, const Layer& l, OpParams* op, bool* row_op) {
+  OpParams p{};
+  p.features = static_cast<int32_t>(l.in);
+  p.alpha = l.alpha;
+  p.beta = l.beta;
+  p.eps = l.eps;
+  p.weight = device_floats(x, l.weight);
+  p.bias = device_floats(x, l.bias);
+  p.weight_count = l.weight ? static_cast<int32_t>(l.weight.rows()) : 0;
+  bool rows = false;
+  switch (l.op) {
+    case Op::kRelu: p.op = kOpRelu; break;
+    case Op::kTanh: p.op = kOpTanh; break;
+    case Op::kSigmoid: p.op = kOpSigmoid; break;
+    case Op::kLeakyRelu: p.op = kOpLeakyRelu; break;
+    case Op::kElu: p.op = kOpElu; break;
+    case Op::kHardtanh: p.op = kOpHardtanh; break;
+    case Op::kSilu: p.op = kOpSilu; break;
+    case Op::kGelu: p.op = l.approximate_tanh ? kOpGeluTanh : kOpGelu; break;
+    case Op::kPRelu: p.op = kOpPRelu; break;
+    case Op::kBatchNorm: p.op = kOpScaleShift; break;
+    case Op::kSoftmax: p.op = kOpSoftmax, rows = true; break;
+    case Op::kLogSoftmax: p.op = kOpLogSoftmax, rows = true; break;
+    case Op::kLayerNorm: p.op = kOpLayerNorm, rows = true; break;
+    default: return false;
+  }
+  *op = p;
+  *row_op = rows;
+  return true;
 }
 
 uint32_t act_index_before(const ferry_model* m, uint32_t li) {
@@ -56,19 +154,15 @@ uint32_t act_index_before(const ferry_model* m, uint32_t li) {
     const Layer& l = m->layers[i];
     if (op_is_recurrent(l.op)) {
       index ^= l.num_layers & 1;  // each stacked layer flips
-    } else if (l.op == Op::kLast || l.op == Op::kLinear) {
+    } else if (l.op == Op::kLast || l.op == Op::kLinear || l.op == Op::kConv1d || l.op == Op::kMeanPool ||
+               l.op == Op::kMaxPool || l.op == Op::kEmbedding) {
       index ^= 1;
-    }  // activations work in place
+    }  // the others work in place (Save copies out, Add adds in)
   }
   return index;
 }
 
-size_t steps_at(const ferry_model* m, uint32_t li, size_t seq) {
-  for (uint32_t i = 0; i < li && i < m->num_layers; ++i) {
-    if (m->layers[i].op == Op::kLast) return 1;
-  }
-  return seq;
-}
+size_t steps_at(const ferry_model* m, uint32_t li, size_t seq) { return steps_before(m, li, seq); }
 
 ferry_status build_exec_state(const ferry_model* m, const SessionConfig& config, const DeviceCaps& caps,
                               bool zero_copy, uint8_t* device, uint8_t* staging, uint8_t* staging_device,
@@ -112,9 +206,9 @@ ferry_status build_exec_state(const ferry_model* m, const SessionConfig& config,
         p.cell = static_cast<int32_t>(ci);
         p.y_stride = static_cast<int32_t>(layer.out);
         p.y_offset = static_cast<int32_t>(d * layer.h_out);
-        p.w_hh = device_weight(*x, cell.w_hh);
-        p.b_hn = device_weight(*x, cell.b_hn);
-        p.w_hr = device_weight(*x, cell.w_hr);
+        p.w_hh = device_matrix(*x, cell.w_hh);
+        p.b_hn = device_floats(*x, cell.b_hn);
+        p.w_hr = device_matrix(*x, cell.w_hr);
         p.xproj = reinterpret_cast<const float*>(device + x->dev.xproj);
         p.h[0] = reinterpret_cast<float*>(device + cd.h[0]);
         p.h[1] = reinterpret_cast<float*>(device + cd.h[1]);
@@ -150,7 +244,7 @@ ferry_status execute(ExecState& x, const DeviceOps& ops, void* ctx, const RunCal
   const size_t B = call.batch, T = call.seq;
   ferry_status st = FERRY_OK;
 
-  // 1. Descriptor and input in the staging block.
+  // 1. Descriptor and input (floats, or token ids) in the staging block.
   CallDesc* desc = reinterpret_cast<CallDesc*>(x.staging);
   memset(desc, 0, sizeof(CallDesc));
   desc->batch = static_cast<int32_t>(B);
@@ -165,39 +259,46 @@ ferry_status execute(ExecState& x, const DeviceOps& ops, void* ctx, const RunCal
     }
   }
   if (call.lengths) memcpy(desc + 1, call.lengths, B * sizeof(int32_t));
-  const size_t in_bytes = B * T * m->input_size * sizeof(float);
-  memcpy(x.staging + x.host.input, call.input, in_bytes);
+  const size_t in_bytes = B * T * m->input_size * sizeof(float);  // token ids: input_size 1, 4 bytes each
+  memcpy(x.staging + x.host.input, call.tokens ? static_cast<const void*>(call.tokens) : call.input, in_bytes);
 
-  // 2. Input into act0, time-major.
-  const bool transpose = m->batch_first && T > 1;
+  // 2. Input into act0, time-major (token ids stay as they are: the
+  //    Embedding layer reads them where they lie).
+  const int32_t layout = io_layout(m);
+  const bool transpose = !call.tokens && layout != kTimeMajor && T > 1;
   IngestParams in{};
   in.steps = static_cast<int64_t>(T);
   in.batch = static_cast<int64_t>(B);
   in.features = m->input_size;
+  const int32_t* tokens = nullptr;
   if (!x.zero_copy) {
     // act0 follows the descriptor region: one transfer carries both.
     if ((st = ops.to_device(ctx, x.device + x.dev.desc, x.staging, x.dev.desc_bytes + in_bytes)) != FERRY_OK) return st;
+    tokens = reinterpret_cast<const int32_t*>(act(x, 0));
     if (transpose) {
       in.src = act(x, 0);
       in.dst = act(x, 1);
-      in.batch_first = 1;
+      in.layout = layout;
       if ((st = ops.ingest(ctx, in)) != FERRY_OK) return st;
       in.src = act(x, 1);
       in.dst = act(x, 0);
-      in.batch_first = 0;
+      in.layout = kTimeMajor;
       if ((st = ops.ingest(ctx, in)) != FERRY_OK) return st;
     }
   } else {
-    in.src = reinterpret_cast<const float*>(x.staging_device + x.host.input);
-    in.dst = act(x, 0);
-    in.batch_first = transpose ? 1 : 0;
-    if ((st = ops.ingest(ctx, in)) != FERRY_OK) return st;
+    tokens = reinterpret_cast<const int32_t*>(x.staging_device + x.host.input);
+    if (!call.tokens) {
+      in.src = reinterpret_cast<const float*>(x.staging_device + x.host.input);
+      in.dst = act(x, 0);
+      in.layout = transpose ? layout : kTimeMajor;
+      if ((st = ops.ingest(ctx, in)) != FERRY_OK) return st;
+    }
   }
   const CallDesc* desc_dev = x.desc_for_kernels();
   const int32_t* lengths_dev = call.lengths ? reinterpret_cast<const int32_t*>(desc_dev + 1) : nullptr;
 
   // 3. The chain.
-  size_t steps = T;
+  size_t steps = T;  // time steps in the current buffer; 1 after `last` / pooling
   const int32_t* lengths = lengths_dev;
   for (uint32_t li = 0; li < m->num_layers; ++li) {
     const Layer& layer = m->layers[li];
@@ -209,6 +310,8 @@ ferry_status execute(ExecState& x, const DeviceOps& ops, void* ctx, const RunCal
       case Op::kLstm: case Op::kGru: case Op::kRnnTanh: case Op::kRnnRelu: {
         float* in_buf = cur;
         float* out_buf = other;
+        float* xproj = reinterpret_cast<float*>(x.device + x.dev.xproj);
+        const uint32_t cols = layout::gate_row_floats(layer.gates, layer.hidden);
         for (uint32_t k = 0; k < layer.num_layers; ++k) {
           for (uint32_t d = 0; d < layer.dirs; ++d) {
             const uint32_t ci = layer.first_cell + k * layer.dirs + d;
@@ -216,7 +319,9 @@ ferry_status execute(ExecState& x, const DeviceOps& ops, void* ctx, const RunCal
             if (cell.step.y != out_buf) {
               return fail(FERRY_INVALID_STATE, "cuda: internal error: layers[%u] cell %u writes the wrong buffer", li, ci);
             }
-            st = ops.gemm(ctx, input_projection(x, m->cells[ci], layer, in_buf, cell.in_width, rows));
+            // The input projections of every step: xproj = bias + W_ih x.
+            const Cell& c = m->cells[ci];
+            st = product(x, ops, ctx, c.w_ih, c.bias, in_buf, cell.in_width, rows, xproj, cols, cols);
             if (st != FERRY_OK) return st;
             if ((st = run_cell_steps(cell, steps, ops, ctx)) != FERRY_OK) return st;
           }
@@ -234,34 +339,68 @@ ferry_status execute(ExecState& x, const DeviceOps& ops, void* ctx, const RunCal
         p.batch = static_cast<int64_t>(B);
         p.features = layer.in;
         p.lengths = lengths;
-        if ((st = ops.last(ctx, p)) != FERRY_OK) return st;
+        st = ops.last(ctx, p);
         steps = 1;
         lengths = nullptr;
         break;
       }
-      case Op::kLinear: {
-        GemmParams g{};
-        g.a = cur;
-        g.lda = layer.in;
-        g.m = static_cast<int64_t>(rows);
-        g.w = device_weight(x, layer.weight);
-        g.gates = 1;
-        g.k = static_cast<int32_t>(layer.in);
-        g.bias = device_weight(x, layer.bias);
-        g.c = other;
-        g.ldc = layer.out;
-        g.n = static_cast<int32_t>(layer.out);
-        if ((st = ops.gemm(ctx, g)) != FERRY_OK) return st;
+      case Op::kLinear:
+        st = product(x, ops, ctx, layer.weight, layer.bias, cur, layer.in, rows, other, layer.out, layer.out);
+        break;
+      case Op::kConv1d: {
+        const ConvParams p = conv_params(x, layer, cur, other, steps, B, lengths);
+        if ((st = ops.conv(ctx, p)) != FERRY_OK) return st;
+        if (p.state) st = ops.conv_state(ctx, p);
+        steps = static_cast<size_t>(p.steps_out);
         break;
       }
-      case Op::kRelu: st = ops.activation(ctx, kActRelu, cur, rows * layer.in); break;
-      case Op::kTanh: st = ops.activation(ctx, kActTanh, cur, rows * layer.in); break;
-      case Op::kSigmoid: st = ops.activation(ctx, kActSigmoid, cur, rows * layer.in); break;
-      case Op::kSoftmax: st = ops.softmax(ctx, cur, rows, layer.in); break;
-      case Op::kIdentity: break;
-      default:  // the format 1.2 ops: plan.cpp refuses them when the session is made
-        return fail(FERRY_INVALID_STATE, "cuda: internal error: layers[%u] op %u reached the CUDA chain", li,
-                    static_cast<unsigned>(layer.op));
+      case Op::kMeanPool: case Op::kMaxPool: {
+        PoolParams p{};
+        p.in = cur;
+        p.out = other;
+        p.state = reinterpret_cast<float*>(x.device + x.dev.layer_state) + size_t{layer.state_offset} * x.max_batch;
+        p.lengths = lengths;
+        p.steps = static_cast<int64_t>(steps);
+        p.batch = static_cast<int64_t>(B);
+        p.features = static_cast<int32_t>(layer.in);
+        p.mean = layer.op == Op::kMeanPool ? 1 : 0;
+        st = ops.pool(ctx, p);
+        steps = 1;
+        lengths = nullptr;
+        break;
+      }
+      case Op::kEmbedding: {
+        EmbedParams p{};
+        p.tokens = tokens;
+        p.weight = device_floats(x, layer.weight);
+        p.dst = other;
+        p.steps = static_cast<int64_t>(steps);
+        p.batch = static_cast<int64_t>(B);
+        p.dim = static_cast<int32_t>(layer.out);
+        p.batch_first = m->batch_first ? 1 : 0;
+        st = ops.embed(ctx, p);
+        break;
+      }
+      case Op::kSave:
+        st = ops.copy(ctx, reinterpret_cast<float*>(x.device + x.dev.slots) + layer.slot * x.dev.slot_floats, cur,
+                      rows * layer.in * sizeof(float));
+        break;
+      case Op::kAdd:
+        st = ops.add(ctx, cur, reinterpret_cast<const float*>(x.device + x.dev.slots) + layer.slot * x.dev.slot_floats,
+                     rows * layer.in);
+        break;
+      case Op::kIdentity:
+        break;
+      default: {
+        OpParams op{};
+        bool row = false;
+        if (!layer_op(x, layer, &op, &row)) {
+          return fail(FERRY_INVALID_STATE, "cuda: internal error: layers[%u] op %u has no CUDA kernel", li,
+                      static_cast<unsigned>(layer.op));
+        }
+        st = row ? ops.rows(ctx, op, cur, rows) : ops.pointwise(ctx, op, cur, rows);
+        break;
+      }
     }
     if (st != FERRY_OK) return st;
   }
@@ -277,7 +416,7 @@ ferry_status execute(ExecState& x, const DeviceOps& ops, void* ctx, const RunCal
   e.steps = static_cast<int64_t>(steps);
   e.batch = static_cast<int64_t>(B);
   e.features = static_cast<int64_t>(F);
-  e.batch_first = sequence && m->batch_first && steps > 1 ? 1 : 0;
+  e.layout = sequence && steps > 1 ? layout : kTimeMajor;
   e.lengths = sequence ? lengths : nullptr;
   if (x.zero_copy) {
     e.dst = reinterpret_cast<float*>(x.staging_device + x.host.output);
@@ -286,7 +425,7 @@ ferry_status execute(ExecState& x, const DeviceOps& ops, void* ctx, const RunCal
     memcpy(call.output, x.staging + x.host.output, out_bytes);
   } else {
     const float* src = result;
-    if (e.batch_first || e.lengths) {
+    if (e.layout != kTimeMajor || e.lengths) {
       e.dst = act(x, ai ^ 1);
       if ((st = ops.emit(ctx, e)) != FERRY_OK) return st;
       src = e.dst;
@@ -307,8 +446,16 @@ ferry_status copy_state(ExecState& x, const DeviceOps& ops, void* ctx, size_t ba
   ferry_status st = FERRY_OK;
   for (uint32_t li = 0; li < m->num_layers; ++li) {
     const Layer& layer = m->layers[li];
-    if (!op_is_recurrent(layer.op)) continue;
+    if (!layer.state_floats) continue;
     float* u = user + size_t{layer.state_offset} * batch;
+    if (!op_is_recurrent(layer.op)) {  // Conv1d history, pooling sums: one block per sample, as on the CPU
+      float* internal =
+          reinterpret_cast<float*>(x.device + x.dev.layer_state) + size_t{layer.state_offset} * x.max_batch;
+      const size_t bytes = batch * layer.state_floats * sizeof(float);
+      st = to_user ? ops.to_host(ctx, u, internal, bytes) : ops.to_device(ctx, internal, u, bytes);
+      if (st != FERRY_OK) return st;
+      continue;
+    }
     const uint32_t cells = layer.num_layers * layer.dirs;
     for (int part = 0; part < (layer.op == Op::kLstm ? 2 : 1); ++part) {
       const size_t width = part == 0 ? layer.h_out : layer.hidden;
@@ -328,6 +475,10 @@ ferry_status copy_state(ExecState& x, const DeviceOps& ops, void* ctx, size_t ba
 ferry_status reset_state(ExecState& x, const DeviceOps& ops, void* ctx) {
   const ferry_model* m = x.model;
   ferry_status st = FERRY_OK;
+  if (x.dev.layer_state != kNone &&
+      (st = ops.zero(ctx, x.device + x.dev.layer_state, x.max_batch * m->state_floats * sizeof(float))) != FERRY_OK) {
+    return st;
+  }
   for (uint32_t li = 0; li < m->num_layers; ++li) {
     const Layer& layer = m->layers[li];
     if (!op_is_recurrent(layer.op)) continue;

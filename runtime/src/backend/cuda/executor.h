@@ -15,10 +15,12 @@
 //      input landing in act0 (a batch-first sequence is then transposed to
 //      time-major, act0 -> act1 -> act0); zero-copy path: one kernel reads
 //      the mapped input into act0 (transposing as needed);
-//   3. the layers in order, ping-ponging between act0 and act1 exactly as
-//      the CPU executor does (which buffer a layer reads is a function of
-//      the chain alone: act_index_before), so the output pointers the
-//      recurrent kernels were given at init stay right;
+//   3. the layers in order (one case per op, as the CPU executor's),
+//      ping-ponging between act0 and act1: which buffer a layer reads is a
+//      function of the chain alone (act_index_before), so the output
+//      pointers the recurrent kernels were given at init stay right; int8 /
+//      int4 products first quantize their input rows (ops.quantize, into
+//      qact) where the weight type says so (quantizes_activations);
 //   4. the output back in the model's layout, with zeros past each
 //      sample's length: one transfer out (or, zero copy, a kernel writing
 //      the mapped output), then one stream synchronisation;
@@ -34,6 +36,7 @@
 
 #include "backend/backend.h"
 #include "backend/cuda/device_math.h"
+#include "backend/cuda/device_ops.h"
 #include "backend/cuda/plan.h"
 
 namespace ferry {
@@ -59,19 +62,25 @@ enum class StepLaunch : uint8_t {
   kGraphOne,    // one step
 };
 
-// Activation ops as the elementwise kernel numbers them.
-enum ActivationOp : int32_t { kActRelu = 0, kActTanh = 1, kActSigmoid = 2 };
-
+// The device's operations, one per kernel (or copy) the executor asks for;
+// what each computes is device_weights.h / device_math.h / device_ops.h.
 struct DeviceOps {
   // Asynchronous on the session's stream.
   ferry_status (*to_device)(void* ctx, void* device_dst, const void* host_src, size_t bytes);
   ferry_status (*to_host)(void* ctx, void* host_dst, const void* device_src, size_t bytes);
+  ferry_status (*copy)(void* ctx, void* device_dst, const void* device_src, size_t bytes);  // device to device
   ferry_status (*zero)(void* ctx, void* device_dst, size_t bytes);
-  ferry_status (*gemm)(void* ctx, const GemmParams& params);
+  ferry_status (*gemm)(void* ctx, const GemmParams& params);          // any weight type
+  ferry_status (*quantize)(void* ctx, const QuantizeParams& params);  // int8 / int4 GEMM inputs
+  ferry_status (*conv)(void* ctx, const ConvParams& params);          // a Conv1d's products, every group
+  ferry_status (*conv_state)(void* ctx, const ConvParams& params);    // a causal Conv1d's history after them
   ferry_status (*recurrent)(void* ctx, const CellRuntime& cell, StepLaunch how);
-  ferry_status (*activation)(void* ctx, int32_t op, float* x, size_t n);
-  ferry_status (*softmax)(void* ctx, float* x, size_t rows, size_t n);
+  ferry_status (*pointwise)(void* ctx, const OpParams& op, float* x, size_t rows);  // PointOp
+  ferry_status (*rows)(void* ctx, const OpParams& op, float* x, size_t rows);       // RowOp
+  ferry_status (*add)(void* ctx, float* x, const float* y, size_t n);
   ferry_status (*last)(void* ctx, const LastParams& params);
+  ferry_status (*pool)(void* ctx, const PoolParams& params);
+  ferry_status (*embed)(void* ctx, const EmbedParams& params);
   ferry_status (*ingest)(void* ctx, const IngestParams& params);
   ferry_status (*emit)(void* ctx, const EmitParams& params);
   // Waits for the stream; reports a failed kernel or copy.
@@ -96,14 +105,24 @@ struct ExecState {
   }
 };
 
-// Where a model weight lies on the device (the span uploaded at init).
-const float* device_weight(const ExecState& x, const Weight& w);
+// Where model bytes lie on the device (the span uploaded at init): any
+// pointer into the span, a vector of floats (null for an absent one), a
+// matrix with its dtype and scales (data null for an absent one).
+const uint8_t* device_ptr(const ExecState& x, const void* host);
+const float* device_floats(const ExecState& x, const Weight& w);
+DeviceWeight device_matrix(const ExecState& x, const Weight& w);
+
+// The element-wise or row op a layer is (row_op: softmax, log-softmax,
+// LayerNorm), with its parameters on the device; false for a layer that is
+// neither.
+bool layer_op(const ExecState& x, const Layer& layer, OpParams* op, bool* row_op);
 
 // The activation buffer (0 or 1) that holds layer `li`'s input
 // (li == num_layers: the chain's output).
 uint32_t act_index_before(const ferry_model* m, uint32_t li);
 
-// Time steps layer `li` runs for a call of `seq` steps (1 after `last`).
+// Time steps layer `li` runs for a call of `seq` steps (a Conv1d changes
+// them; 1 after `last` or pooling).
 size_t steps_at(const ferry_model* m, uint32_t li, size_t seq);
 
 // Fills `x` and the cells' runtime for a session whose device block is at

@@ -42,30 +42,53 @@ class DevicePlanner {
 
 size_t round_up(size_t n, size_t to) { return (n + to - 1) / to * to; }
 
-// Bytes a weight occupies in the model (Panel8 f32, as check_model requires;
-// a RowMajor tensor's own size otherwise).
-size_t weight_bytes(const Weight& w) {
-  const uint64_t elements = w.panel8() ? layout::panel8_elements(w.gates, w.units, w.cols)
-                                       : uint64_t{w.rows()} * w.cols;
-  return static_cast<size_t>(elements * sizeof(float));
-}
+static_assert(static_cast<int>(DType::kF32) == kWeightF32 && static_cast<int>(DType::kF16) == kWeightF16 &&
+                  static_cast<int>(DType::kI8) == kWeightI8 && static_cast<int>(DType::kI4) == kWeightI4,
+              "the kernels number the weight types as ferry::DType does");
 
+// Every span of the model's bytes a kernel reads: each weight tensor (a
+// Conv1d's `groups` matrices one after the other) and the scales of the
+// quantized ones.
 template <typename Fn>
-void for_each_weight(const ferry_model* m, Fn fn) {
+void for_each_extent(const ferry_model* m, Fn fn) {
+  const auto weight = [&fn](const Weight& w, uint32_t groups, uint64_t group_stride) {
+    if (!w) return;
+    const uint64_t element = w.dtype == DType::kF32 ? 4 : w.dtype == DType::kF16 ? 2 : 1;
+    fn(w.data, w.bytes() + uint64_t{groups - 1} * group_stride * element);
+    if (w.dtype == DType::kI8 && w.scales) fn(w.scales, layout::row_scale_elements(w.gates, w.units) * 4);
+    if (w.dtype == DType::kI4 && w.group_scales) {
+      fn(w.group_scales, layout::group_scale_elements(w.gates, w.units, w.cols) * 2);
+    }
+  };
   for (uint32_t li = 0; li < m->num_layers; ++li) {
     const Layer& l = m->layers[li];
-    if (l.op == Op::kLinear) {
-      fn(l.weight);
-      fn(l.bias);
-    } else if (op_is_recurrent(l.op)) {
+    if (op_is_recurrent(l.op)) {
       for (uint32_t c = 0; c < l.num_layers * l.dirs; ++c) {
         const Cell& cell = m->cells[l.first_cell + c];
-        fn(cell.w_ih);
-        fn(cell.w_hh);
-        fn(cell.bias);
-        fn(cell.b_hn);
-        fn(cell.w_hr);
+        for (const Weight* w : {&cell.w_ih, &cell.w_hh, &cell.bias, &cell.b_hn, &cell.w_hr}) weight(*w, 1, 0);
       }
+    } else if (l.op == Op::kConv1d) {
+      weight(l.weight, l.groups, l.group_stride);
+      weight(l.bias, l.groups, l.bias_group_stride);
+    } else {
+      weight(l.weight, 1, 0);  // Linear, BatchNorm, LayerNorm, PReLU, Embedding (or none)
+      weight(l.bias, 1, 0);
+    }
+  }
+}
+
+// The K of every product whose A rows the GEMM reads quantized (the input
+// projections and Linear layers of int8 / int4 layers): fn(type, K).
+template <typename Fn>
+void for_each_quantized_gemm(const ferry_model* m, Fn fn) {
+  for (uint32_t li = 0; li < m->num_layers; ++li) {
+    const Layer& l = m->layers[li];
+    const int32_t type = static_cast<int32_t>(l.dtype);
+    if (!quantizes_activations(type)) continue;
+    if (l.op == Op::kLinear) fn(type, l.in);
+    if (op_is_recurrent(l.op)) {
+      fn(type, l.in);
+      if (l.num_layers > 1) fn(type, l.out);
     }
   }
 }
@@ -80,11 +103,10 @@ size_t clamp_tile(size_t tile, size_t max_batch) { return tile < max_batch ? til
 void weight_span(const ferry_model* m, size_t* begin, size_t* bytes) {
   const uint8_t* lo = nullptr;
   const uint8_t* hi = nullptr;
-  for_each_weight(m, [&](const Weight& w) {
-    if (!w) return;
-    const uint8_t* p = static_cast<const uint8_t*>(w.data);
+  for_each_extent(m, [&](const void* data, uint64_t n) {
+    const uint8_t* p = static_cast<const uint8_t*>(data);
     if (!lo || p < lo) lo = p;
-    if (!hi || p + weight_bytes(w) > hi) hi = p + weight_bytes(w);
+    if (!hi || p + n > hi) hi = p + n;
   });
   *begin = lo ? static_cast<size_t>(lo - m->bytes) : 0;
   *bytes = lo ? static_cast<size_t>(hi - lo) : 0;
@@ -96,6 +118,8 @@ ferry_status plan_device(const ferry_model* m, size_t max_batch, size_t max_seq,
   DevicePlanner p;
   weight_span(m, &out->weights_begin, &out->weights_bytes);
   if (out->weights_bytes) p.reserve(out->weights_bytes);  // at offset 0
+  const size_t steps = max_steps(m, max_seq);  // a Conv1d's padding may add steps
+  out->max_steps = steps;
   uint32_t max_cols = 0, max_proj_hidden = 0;
   for (uint32_t li = 0; li < m->num_layers; ++li) {
     const Layer& l = m->layers[li];
@@ -119,13 +143,39 @@ ferry_status plan_device(const ferry_model* m, size_t max_batch, size_t max_seq,
   }
   if (max_cols) {
     const size_t before = p.end();
-    out->xproj = p.reserve_floats(max_seq, max_batch, max_cols);
+    out->xproj = p.reserve_floats(steps, max_batch, max_cols);
     out->xproj_bytes = p.end() - before;
   }
   if (max_proj_hidden) {
     const size_t before = p.end();
     out->h_full = p.reserve_floats(max_batch, max_proj_hidden);
     out->h_full_bytes = p.end() - before;
+  }
+  size_t ldq = 0;
+  for_each_quantized_gemm(m, [&ldq](int32_t type, uint32_t k) {
+    const size_t bytes = activation_row_bytes(type, k);
+    if (bytes > ldq) ldq = bytes;
+  });
+  bool overflow = false;
+  if (ldq) {
+    out->qact_ld = ldq;
+    overflow = __builtin_mul_overflow(steps, max_batch, &out->qact_rows);
+    size_t bytes = 0;
+    overflow = overflow || __builtin_mul_overflow(out->qact_rows, ldq, &bytes);
+    const size_t before = p.end();
+    out->qact = p.reserve(bytes);
+    out->qact_bytes = p.end() - before;
+    out->qscales = p.reserve_floats(out->qact_rows);
+  }
+  bool layer_state = false;
+  for (uint32_t li = 0; li < m->num_layers; ++li) {
+    layer_state = layer_state || (!op_is_recurrent(m->layers[li].op) && m->layers[li].state_floats);
+  }
+  if (layer_state) out->layer_state = p.reserve_floats(max_batch, m->state_floats);
+  if (m->num_slots) {
+    overflow = overflow || __builtin_mul_overflow(steps, max_batch, &out->slot_floats) ||
+               __builtin_mul_overflow(out->slot_floats, size_t{m->max_features}, &out->slot_floats);
+    out->slots = p.reserve_floats(m->num_slots, out->slot_floats);
   }
   {
     const size_t before = p.end();
@@ -134,11 +184,11 @@ ferry_status plan_device(const ferry_model* m, size_t max_batch, size_t max_seq,
   }
   {
     const size_t before = p.end();
-    out->act[0] = p.reserve_floats(max_seq, max_batch, m->max_features);
+    out->act[0] = p.reserve_floats(steps, max_batch, m->max_features);
     out->act_bytes = p.end() - before;
-    out->act[1] = p.reserve_floats(max_seq, max_batch, m->max_features);
+    out->act[1] = p.reserve_floats(steps, max_batch, m->max_features);
   }
-  if (p.overflowed() || max_batch > SIZE_MAX / sizeof(int32_t)) {
+  if (overflow || p.overflowed() || max_batch > SIZE_MAX / sizeof(int32_t)) {
     return fail(FERRY_INVALID_ARGUMENT, "cuda: device memory for max_batch %zu, max_seq %zu overflows size_t",
                 max_batch, max_seq);
   }
@@ -155,7 +205,7 @@ ferry_status plan_host(const ferry_model* m, size_t max_batch, size_t max_seq, c
   size_t in_floats = 0, out_floats = 0;
   if (__builtin_mul_overflow(max_seq, max_batch, &in_floats) ||
       __builtin_mul_overflow(in_floats, size_t{m->input_size}, &in_floats) ||
-      __builtin_mul_overflow(m->output_is_sequence ? max_seq : 1, max_batch, &out_floats) ||
+      __builtin_mul_overflow(m->output_is_sequence ? max_steps(m, max_seq) : 1, max_batch, &out_floats) ||
       __builtin_mul_overflow(out_floats, size_t{m->output_size}, &out_floats) || in_floats > SIZE_MAX / 8 ||
       out_floats > SIZE_MAX / 8 || page_size == 0 || (page_size & (page_size - 1)) != 0) {
     return fail(FERRY_INVALID_ARGUMENT, "cuda: staging for max_batch %zu, max_seq %zu overflows size_t", max_batch,
@@ -191,12 +241,14 @@ CellShape cell_shape(const Layer& layer) {
   s.gates = layer.gates;
   s.hidden = layer.hidden;
   s.h_out = layer.h_out;
+  s.type = static_cast<int32_t>(layer.dtype);
   return s;
 }
 
 ferry_status choose_recurrence(const CellShape& shape, size_t max_batch, const DeviceCaps& caps, Recurrence* out) {
   *out = Recurrence();
   const uint32_t G = shape.gates, H = shape.hidden, P = shape.h_out;
+  const int32_t type = shape.type;
   const bool projection = P != H;
   const uint32_t panels = panels_of(H), proj_panels = panels_of(P);
   const uint32_t splits = k_splits_for(P), proj_splits = k_splits_for(H);
@@ -207,26 +259,29 @@ ferry_status choose_recurrence(const CellShape& shape, size_t max_batch, const D
   // cells use few blocks.
   const uint32_t pref = max_u32(1, kWarps / max_u32(1, splits * groups));
   const uint32_t proj_pref = max_u32(1, kWarps * kVectorsPerWarp / max_u32(1, proj_splits * groups));
-  const size_t step_floats = kStepSharedBytes / sizeof(float);
+  // A phase's shared memory is its samples' bytes plus at most 3 x 15 bytes
+  // of alignment (phase_shared); tiles are sized with this much spare.
+  constexpr size_t kAlignSpare = 64;
+  const size_t step_budget = kStepSharedBytes - kAlignSpare;
 
   Decomposition& st = out->step;
   st.panels_per_block = min_u32(pref, panels);
   st.blocks = ceil_div(panels, st.panels_per_block);
-  const size_t per_sample_a = size_t{P} + size_t{splits} * st.panels_per_block * G * 8;
-  st.batch_tile = static_cast<uint32_t>(clamp_tile(step_floats / per_sample_a, max_batch));
-  st.shared_a = phase_a_floats(G, P, st.panels_per_block, st.batch_tile) * sizeof(float);
+  const size_t per_sample_a = phase_sample_bytes(type, P, st.panels_per_block * G * 8);
+  st.batch_tile = static_cast<uint32_t>(clamp_tile(step_budget / per_sample_a, max_batch));
+  st.shared_a = phase_a_bytes(type, G, P, st.panels_per_block, st.batch_tile);
   if (st.batch_tile == 0) {
     return fail(FERRY_UNSUPPORTED,
                 "cuda: a recurrent cell with hidden state of %u floats needs %zu bytes of shared memory per sample, "
                 "more than the %zu a step kernel uses",
-                P, per_sample_a * sizeof(float), kStepSharedBytes);
+                P, per_sample_a, kStepSharedBytes);
   }
   if (projection) {
     st.proj_panels_per_block = min_u32(proj_pref, proj_panels);
     st.proj_blocks = ceil_div(proj_panels, st.proj_panels_per_block);
-    const size_t per_sample_b = size_t{H} + size_t{proj_splits} * st.proj_panels_per_block * 8;
-    st.proj_batch_tile = static_cast<uint32_t>(clamp_tile(step_floats / per_sample_b, max_batch));
-    st.shared_b = phase_b_floats(H, st.proj_panels_per_block, st.proj_batch_tile) * sizeof(float);
+    const size_t per_sample_b = phase_sample_bytes(type, H, st.proj_panels_per_block * 8);
+    st.proj_batch_tile = static_cast<uint32_t>(clamp_tile(step_budget / per_sample_b, max_batch));
+    st.shared_b = phase_b_bytes(type, H, st.proj_panels_per_block, st.proj_batch_tile);
     if (st.proj_batch_tile == 0) {
       return fail(FERRY_UNSUPPORTED, "cuda: an LSTM projection of hidden size %u needs more than the %zu bytes of "
                   "shared memory a step kernel uses", H, kStepSharedBytes);
@@ -246,24 +301,24 @@ ferry_status choose_recurrence(const CellShape& shape, size_t max_batch, const D
   // SMs instead of 32). Each slice's blocks hold the same panels.
   rs.batch_slices = max_u32(1, min_u32(caps.sm_count / rs.blocks, groups));
   rs.blocks *= rs.batch_slices;
-  const size_t weights = size_t{rs.panels_per_block} * P * G * 8 * sizeof(float);
+  const size_t weights = align16(size_t{rs.panels_per_block} * panel_bytes(type, G, P));
   size_t limit = caps.shared_per_block_optin;
   if (caps.shared_per_sm >= 1024 && caps.shared_per_sm - 1024 < limit) limit = caps.shared_per_sm - 1024;
-  if (weights >= limit) {
+  if (weights + kAlignSpare >= limit) {
     out->reason = "W_hh does not fit in the shared memory of one block per SM";
     return FERRY_OK;
   }
-  const size_t budget = (limit - weights) / sizeof(float);
-  rs.batch_tile = static_cast<uint32_t>(clamp_tile(budget / (size_t{P} + size_t{splits} * rs.panels_per_block * G * 8),
-                                                   max_batch));
-  rs.shared_a = phase_a_floats(G, P, rs.panels_per_block, rs.batch_tile) * sizeof(float);
+  const size_t budget = limit - weights - kAlignSpare;
+  rs.batch_tile = static_cast<uint32_t>(
+      clamp_tile(budget / phase_sample_bytes(type, P, rs.panels_per_block * G * 8), max_batch));
+  rs.shared_a = phase_a_bytes(type, G, P, rs.panels_per_block, rs.batch_tile);
   size_t work = rs.shared_a;
   if (projection) {
     rs.proj_blocks = rs.blocks;
     rs.proj_panels_per_block = ceil_div(proj_panels, rs.blocks);
     rs.proj_batch_tile = static_cast<uint32_t>(
-        clamp_tile(budget / (size_t{H} + size_t{proj_splits} * rs.proj_panels_per_block * 8), max_batch));
-    rs.shared_b = phase_b_floats(H, rs.proj_panels_per_block, rs.proj_batch_tile) * sizeof(float);
+        clamp_tile(budget / phase_sample_bytes(type, H, rs.proj_panels_per_block * 8), max_batch));
+    rs.shared_b = phase_b_bytes(type, H, rs.proj_panels_per_block, rs.proj_batch_tile);
     if (rs.shared_b > work) work = rs.shared_b;
   }
   if (rs.batch_tile == 0 || (projection && rs.proj_batch_tile == 0)) {
@@ -307,43 +362,41 @@ ferry_status choose_io(const DeviceCaps& caps, ferry_device_io requested, const 
   return FERRY_OK;
 }
 
-ferry_status check_model(const ferry_model* m, const SessionConfig& config, const DeviceCaps& caps) {
+ferry_status check_file(const ferry_model* m) {
   if (m->num_cells > static_cast<uint32_t>(kDescCells)) {
     return fail(FERRY_UNSUPPORTED, "backend cuda: %u recurrent cells, at most %d", m->num_cells, kDescCells);
   }
-  // The kernels index batch, steps and widths with 32-bit integers.
-  if (config.max_batch > (1u << 24) || config.max_seq > (1u << 30) ||
-      config.max_batch * config.max_seq > (size_t{1} << 31)) {
-    return fail(FERRY_UNSUPPORTED, "backend cuda: max_batch %zu x max_seq %zu is beyond what the kernels index",
-                config.max_batch, config.max_seq);
-  }
-  if (m->channels_first || m->input_is_tokens) {
-    return fail(FERRY_UNSUPPORTED, "backend cuda: %s input is not run by the CUDA kernels yet; use a CPU backend",
-                m->input_is_tokens ? "token-id" : "channels-first");
-  }
   for (uint32_t li = 0; li < m->num_layers; ++li) {
     const Layer& l = m->layers[li];
-    // The ops of format 1.0/1.1 only: the 1.2 ops (conv, norms, the newer
-    // activations, pooling, embedding, residual slots) run on the CPU backends.
-    if (l.op > Op::kIdentity) {
-      return fail(FERRY_UNSUPPORTED,
-                  "backend cuda: layers[%u] is a format 1.2 op (%u) the CUDA kernels do not run yet; use a CPU "
-                  "backend (reference, simd, xnnpack)", li, static_cast<unsigned>(l.op));
-    }
-    if (!op_has_weights(l.op)) continue;
-    if (l.dtype != DType::kF32) {
-      return fail(FERRY_UNSUPPORTED, "backend cuda: layers[%u] stores weights of a type other than f32", li);
-    }
+    if (!op_has_weights(l.op)) continue;  // every other op reads vectors, whatever their layout
     if (!l.panel8) {
       return fail(FERRY_UNSUPPORTED,
                   "backend cuda: layers[%u] stores RowMajor weights (a format 1.0 file); the CUDA kernels read "
-                  "Panel8: convert the model again, or use the reference backend", li);
+                  "the panel layouts: convert the model again, or use the reference backend", li);
     }
     if (op_is_recurrent(l.op)) {
-      Recurrence r;
-      const ferry_status st = choose_recurrence(cell_shape(l), config.max_batch, caps, &r);
+      Recurrence r;  // the step kernels' decomposition: one sample must fit, whatever the device
+      const ferry_status st = choose_recurrence(cell_shape(l), 1, DeviceCaps(), &r);
       if (st != FERRY_OK) return st;
     }
+  }
+  return FERRY_OK;
+}
+
+ferry_status check_model(const ferry_model* m, const SessionConfig& config, const DeviceCaps& caps) {
+  ferry_status st = check_file(m);
+  if (st != FERRY_OK) return st;
+  // The kernels index batch, steps and widths with 32-bit integers.
+  if (config.max_batch > (1u << 24) || config.max_seq > (1u << 30) ||
+      config.max_batch * max_steps(m, config.max_seq) > (size_t{1} << 31)) {
+    return fail(FERRY_UNSUPPORTED, "backend cuda: max_batch %zu x max_seq %zu is beyond what the kernels index",
+                config.max_batch, config.max_seq);
+  }
+  for (uint32_t li = 0; li < m->num_layers; ++li) {
+    const Layer& l = m->layers[li];
+    if (!op_is_recurrent(l.op)) continue;
+    Recurrence r;
+    if ((st = choose_recurrence(cell_shape(l), config.max_batch, caps, &r)) != FERRY_OK) return st;
   }
   return FERRY_OK;
 }

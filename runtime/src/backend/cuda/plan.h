@@ -14,12 +14,19 @@
 //     page the caller or another session owns.
 //   device (one allocation, ferry_session_memory's device bytes):
 //     [weights][per cell: h0, h1, c][step counters][xproj][h_full]
-//     [call descriptor + lengths][act0][act1]
-//     each region 256-byte aligned. The weights are the model file's weight
-//     bytes from its first tensor to the end of its last, uploaded as they
-//     are (Panel8 f32); the descriptor region ends exactly where act0
-//     begins, so on the copy path one transfer carries the descriptor and a
-//     time-major input straight into act0.
+//     [qact][qscales][layer state][slots][call descriptor + lengths][act0][act1]
+//     each region 256-byte aligned, present only when the model needs it.
+//     The weights are the model file's weight bytes from its first tensor
+//     to the end of its last (scales included), uploaded as they are, in
+//     every dtype's own layout; the descriptor region ends exactly where
+//     act0 begins, so on the copy path one transfer carries the descriptor
+//     and a time-major input straight into act0. qact / qscales: the
+//     quantized input rows of an int8 / int4 GEMM (input projections,
+//     Linear layers); layer state: the state of the layers that are not
+//     recurrent (a causal Conv1d's history, pooling sums), laid out as the
+//     CPU backend's [state_offset * max_batch ...]; slots: the residual
+//     saves. Activations hold max_steps(model, max_seq) steps (a Conv1d's
+//     padding may add steps).
 //   Not counted: what the CUDA driver keeps for the context, the module and
 //   the instantiated graphs.
 //
@@ -30,10 +37,17 @@
 //               when the device supports cooperative launch and, with at
 //               most one block per SM, each block's slice of W_hh plus one
 //               sample's working set fits in its shared memory:
-//                 ceil(panels / SMs) * P * G * 32 bytes + work <= min(
-//                   max shared per block (opt-in), shared per SM - 1 KiB).
-//               (panels = ceil(H / 8), P = H_out, G = gates.) Used for calls
-//               of more than one step; init confirms with the occupancy API.
+//                 ceil(panels / SMs) * panel_bytes + work <= min(
+//                   max shared per block (opt-in), shared per SM - 1 KiB)
+//               where panel_bytes counts the stored dtype (device_weights.h:
+//               8 G P x 4 bytes f32, x 2 f16, 8 G round_up(P, 4) int8,
+//               8 G round_up(P, 32) / 2 int4), so an f16 / int8 / int4
+//               W_hh fits where an f32 one does not. (panels = ceil(H / 8),
+//               P = H_out, G = gates; int8 / int4 scales stay in global
+//               memory.) Used for calls of more than one step; init
+//               confirms with the occupancy API. What becomes persistent on
+//               an Orin and an H100 per dtype: tests/unit/test_cuda_host.cpp,
+//               PersistentRulePerDtype.
 //               The SMs the panel groups leave idle split the batch
 //               (batch_slices, at least kBatchGroup samples a slice; each
 //               slice's blocks hold the same panels): W3 on an H100, 32
@@ -87,6 +101,12 @@ struct DeviceLayout {
   size_t weights_bytes = 0;  // 0: no weights
   size_t xproj = kNone, xproj_bytes = 0;
   size_t h_full = kNone, h_full_bytes = 0;
+  size_t qact = kNone, qact_bytes = 0;  // quantized GEMM input rows: qact_rows x qact_ld bytes
+  size_t qact_rows = 0, qact_ld = 0;
+  size_t qscales = kNone;               // qact_rows floats
+  size_t layer_state = kNone;           // max_batch * state_floats floats (non-recurrent layers' part used)
+  size_t slots = kNone, slot_floats = 0;  // num_slots x slot_floats
+  size_t max_steps = 0;                 // steps the activations hold
   size_t counters = kNone;
   size_t desc = 0, desc_bytes = 0;  // act[0] == desc + desc_bytes
   size_t act[2] = {0, 0};
@@ -131,6 +151,7 @@ uint8_t* staging_in_region(uint8_t* region, size_t page_size);
 struct CellShape {
   int32_t op = kCellLstm;
   uint32_t gates = 4, hidden = 0, h_out = 0;  // h_out != hidden: LSTM projection
+  int32_t type = kWeightF32;                  // the stored dtype of W_hh (and W_hr)
 };
 
 // How a kernel splits a cell over blocks (RecurrentParams fields).
@@ -168,9 +189,16 @@ CellShape cell_shape(const Layer& layer);
 // device cannot do it; FERRY_INVALID_ARGUMENT for an unknown env value.
 ferry_status choose_io(const DeviceCaps& caps, ferry_device_io requested, const char* env, bool* zero_copy);
 
-// Everything about (model, options) the CUDA backend refuses, with the
-// reason: weights that are not Panel8 f32, more cells or larger sizes than
-// the kernels index, a cell no decomposition fits.
+// Everything about a model file the CUDA backend refuses, whatever the
+// device and the session's sizes, with the reason: weights in RowMajor (a
+// format 1.0 file: "convert it again"), more cells than the call
+// descriptor holds, a cell whose one sample does not fit a step kernel's
+// shared memory. Every op and dtype the loader accepts runs. Plain C++:
+// `ferry inspect` asks it on machines without a GPU or a CUDA build.
+ferry_status check_file(const ferry_model* m);
+
+// check_file, and what (options, device) add: larger sizes than the kernels
+// index, a cell no decomposition fits on this device.
 ferry_status check_model(const ferry_model* m, const SessionConfig& config, const DeviceCaps& caps);
 
 }  // namespace cuda
