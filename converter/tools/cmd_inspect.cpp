@@ -11,6 +11,7 @@
 
 #include "args.h"
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/dcp.h"
 #include "cli_model.h"
 #include "commands.h"
 #include "ferry/ferry_generated.h"
@@ -136,12 +137,16 @@ int inspect_model(const std::string& path) {
 }
 
 int inspect_checkpoint(const std::string& path, const std::string& key) {
-  MappedFile file(path);
   LoadOptions load;
   load.key = key;
-  const Checkpoint c = load_checkpoint(file, load);
-  std::printf("%s: %s, %zu bytes, sha256 %s\n", path.c_str(), c.form.c_str(), file.size(),
-              sha256_file(file).c_str());
+  const CheckpointInput input = open_checkpoint(path, load);
+  const Checkpoint& c = input.checkpoint;
+  std::printf("%s: %s, %llu bytes%s, sha256 %s\n", path.c_str(), c.form.c_str(),
+              static_cast<unsigned long long>(input.bytes()), input.directory ? " read" : "", input.sha256().c_str());
+  if (input.directory) {
+    for (const auto& [name, f] : input.files)
+      std::printf("file     %-24s %llu bytes\n", name.c_str(), static_cast<unsigned long long>(f->size()));
+  }
   std::printf("%-40s %-9s %-16s %-8s %10s  %s\n", "tensor", "dtype", "shape", "location", "bytes", "storage");
   for (const TensorRef& t : c.tensors) {
     const uint64_t bytes = static_cast<uint64_t>(t.numel()) * dtype_size(t.dtype);
@@ -164,7 +169,7 @@ int cmd_inspect(int argc, char** argv) {
   if (args.positional.size() != 1) throw UsageError("inspect takes one FILE");
   const std::string& path = args.positional[0];
   bool is_model = false;
-  {
+  if (!is_directory(path)) {  // a directory is a distributed checkpoint
     MappedFile f(path);
     is_model = f.size() >= 8 && std::memcmp(f.data() + 4, ferry::fb::ModelIdentifier(), 4) == 0;
   }
