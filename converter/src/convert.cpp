@@ -101,6 +101,7 @@ ConvertResult convert(const ConvertRequest& request) {
   }
   for (const MappingRow& r : plan.mapping)
     if (r.layer < 0) report.ignored.emplace_back(r.source_key, r.role);
+  for (const auto& f : modules.folded) report.folded.push_back(f->name + " = " + f->derivation);
   report.notes = planned.notes;
   for (const TensorPlan& t : plan.tensors) report.weight_bytes += t.numel() * sizeof(float);
   report.selftest_stored = request.selftest == SelfTestPolicy::Always ||

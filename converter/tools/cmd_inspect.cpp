@@ -157,6 +157,7 @@ int inspect_checkpoint(const std::string& path, const std::string& key) {
   }
   for (const auto& [k, v] : c.attributes) std::printf("attr     %s = %s\n", k.c_str(), v.c_str());
   const ModuleSet modules = group_modules(c);
+  for (const auto& f : modules.folded) std::printf("folded   %s = %s\n", f->name.c_str(), f->derivation.c_str());
   for (const Module& m : modules.modules) std::printf("module   %-20s %s\n", m.path.c_str(), m.describe().c_str());
   for (const auto& [k, why] : modules.ignored) std::printf("ignored  %s (%s)\n", k.c_str(), why.c_str());
   return 0;

@@ -39,6 +39,13 @@ struct TensorRef {
   std::vector<int64_t> stride;      // in elements
   int64_t offset = 0;               // storage offset in elements
   std::shared_ptr<const Storage> storage;
+  // A tensor ferry computed from others instead of reading it (a weight-norm
+  // or spectral-norm weight folded back: mapping/reparametrize.h): the
+  // state-dict keys it was made from, and how, e.g.
+  // "weight_norm(fc.weight_g, fc.weight_v, dim 0)". Empty for a tensor of
+  // the file.
+  std::vector<std::string> sources;
+  std::string derivation;
 
   int64_t numel() const;
 };
