@@ -1,5 +1,6 @@
 #include "mapping/reparametrize.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -42,6 +43,10 @@ class Folder {
   Reparametrized run() {
     find_parametrizations();
     find_legacy();
+    // In state-dict order of their first parts.
+    auto first_part = [](const Group& g) { return *std::min_element(g.parts.begin(), g.parts.end()); };
+    std::sort(groups_.begin(), groups_.end(),
+              [&](const Group& a, const Group& b) { return first_part(a) < first_part(b); });
     Reparametrized out;
     std::map<size_t, const TensorRef*> at;  // first part's index -> folded tensor
     for (const Group& g : groups_) {
