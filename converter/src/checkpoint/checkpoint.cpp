@@ -42,9 +42,7 @@ Format detect_format(const uint8_t* d, size_t n) {
   return Format::Unknown;
 }
 
-}  // namespace
-
-Checkpoint load_checkpoint(const MappedFile& file, const LoadOptions& options) {
+Checkpoint read_file(const MappedFile& file, const LoadOptions& options) {
   const std::string& path = file.path();
   const uint8_t* d = file.data();
   const size_t n = file.size();
@@ -76,6 +74,14 @@ Checkpoint load_checkpoint(const MappedFile& file, const LoadOptions& options) {
     head += digits[d[i] & 15];
   }
   throw Error(path + ": not a PyTorch checkpoint (unrecognized header " + head + ")");
+}
+
+}  // namespace
+
+Checkpoint load_checkpoint(const MappedFile& file, const LoadOptions& options) {
+  Checkpoint c = read_file(file, options);
+  c.path = file.path();
+  return c;
 }
 
 uint64_t CheckpointInput::bytes() const {

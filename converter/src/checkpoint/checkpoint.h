@@ -22,6 +22,8 @@
 namespace ferry::conv {
 
 struct Checkpoint {
+  // The file or directory it was read from, as given (messages name it).
+  std::string path;
   // The detected form, shown by inspect and recorded as provenance:
   // "zip state_dict", "zip training checkpoint (key 'model_state_dict')",
   // "zip whole module (__main__.Net)", "legacy (pre-1.6) state_dict",

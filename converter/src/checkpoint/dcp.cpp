@@ -642,6 +642,7 @@ Checkpoint read_dcp_directory(const std::string& dir_in, const LoadOptions& opti
   const Selection sel = select_entries(md, label, options);
 
   Checkpoint out;
+  out.path = dir_in;
   ChunkReader reader(dir, label);
   for (const auto& [index, name] : sel.chosen) {
     const DcpEntry& e = md.entries[index];

@@ -241,6 +241,13 @@ class Folder {
 
 }  // namespace
 
-Reparametrized fold_reparametrizations(const Checkpoint& checkpoint) { return Folder(checkpoint).run(); }
+Reparametrized fold_reparametrizations(const Checkpoint& checkpoint) {
+  try {
+    return Folder(checkpoint).run();
+  } catch (const Error& e) {
+    if (checkpoint.path.empty()) throw;
+    throw Error(checkpoint.path + ": " + e.what());
+  }
+}
 
 }  // namespace ferry::conv
