@@ -29,7 +29,7 @@ const char* kUsage =
     "                     [--threads N] [--stream] [--lengths L1,L2,...] [--expect Y.npy [--tolerance 1e-5]]\n"
     "  ferry bench MODEL.fb [--stream] [--batch B] [--seq T] [--backend B] [--threads N]\n"
     "                     [--repeat N] [--json]   (median time of ferry_run / ferry_step)\n"
-    "  ferry inspect FILE            (a checkpoint, or a .fb model)\n"
+    "  ferry inspect FILE            (a checkpoint: a file or a DCP directory; or a .fb model)\n"
     "  ferry selftest MODEL.fb [--backend B]   (the golden vectors stored in the file)\n"
     "  ferry --version\n"
     "\n"
