@@ -21,7 +21,9 @@
 namespace ferry::conv {
 namespace {
 
-std::string basename_of(const std::string& path) {
+// The last component of a path; a directory's trailing '/' is not one.
+std::string basename_of(std::string path) {
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
   const size_t slash = path.rfind('/');
   return slash == std::string::npos ? path : path.substr(slash + 1);
 }
@@ -44,10 +46,12 @@ class SourceFd {
 }  // namespace
 
 ConvertResult convert(const ConvertRequest& request) {
-  const MappedFile file(request.input);
   LoadOptions load;
   load.key = request.key;
-  const Checkpoint checkpoint = load_checkpoint(file, load);
+  // A file, or a distributed checkpoint directory (checkpoint/dcp.h).
+  const CheckpointInput input = open_checkpoint(request.input, load);
+  const Checkpoint& checkpoint = input.checkpoint;
+  const MappedFile* file = input.file.get();  // null for a directory
   const ModuleSet modules = group_modules(checkpoint);
   PlanOptions plan_options;
   plan_options.graph = request.graph;
@@ -67,18 +71,18 @@ ConvertResult convert(const ConvertRequest& request) {
   }
   plan_options.batch_first = request.batch_first;
   plan_options.layout = request.layout;
-  PlanResult planned = plan_conversion(checkpoint, modules, plan_options, &file);
+  PlanResult planned = plan_conversion(checkpoint, modules, plan_options, file);
   ModelPlan& plan = planned.plan;
   plan.source_file = basename_of(request.input);
   // Hashed on a second core beside the weights, joined once they are written.
-  auto sha256 = std::async(std::launch::async, [&file] { return sha256_file(file); });
+  auto sha256 = std::async(std::launch::async, [&input] { return input.sha256(); });
   plan.source_sha256_async = [&sha256] { return sha256.get(); };
   plan.source_format = checkpoint.form;
   plan.converter_version = std::string("ferry ") + FERRY_VERSION_STRING;
 
   ConvertResult result;
   ConvertReport& report = result.report;
-  report.input_bytes = file.size();
+  report.input_bytes = input.bytes();
   report.form = checkpoint.form;
   report.tensor_count = checkpoint.tensors.size();
   std::set<std::string> locations;
@@ -97,6 +101,7 @@ ConvertResult convert(const ConvertRequest& request) {
   }
   for (const MappingRow& r : plan.mapping)
     if (r.layer < 0) report.ignored.emplace_back(r.source_key, r.role);
+  for (const auto& f : modules.folded) report.folded.push_back(f->name + " = " + f->derivation);
   report.notes = planned.notes;
   for (const TensorPlan& t : plan.tensors) report.weight_bytes += t.numel() * sizeof(float);
   report.selftest_stored = request.selftest == SelfTestPolicy::Always ||
@@ -120,10 +125,13 @@ ConvertResult convert(const ConvertRequest& request) {
     report.quantization = plan.quantization;
   }
 
-  const SourceFd source(request.input);
+  // A one-file checkpoint is open for the writer's in-kernel copies (a
+  // directory's tensors are converted element by element: no source_offset).
+  std::optional<SourceFd> source;
+  if (file) source.emplace(request.input);
   WriteOptions write;
   write.path = request.output;
-  write.source_fd = source.get();
+  write.source_fd = source ? source->get() : -1;
   write.c_array_path = request.c_array;
   write.c_array_source = basename_of(request.input) +
                          (request.output.empty() ? "" : " (as " + basename_of(request.output) + ")");

@@ -75,6 +75,9 @@ struct ConvertReport {
   std::string batch_first_source;
   std::vector<LayerSummary> layers;
   std::vector<std::pair<std::string, std::string>> ignored;  // state-dict key, reason
+  // Weights folded from weight norm / spectral norm parts, as
+  // "fc.weight = weight_norm(fc.weight_g, fc.weight_v, dim 0)".
+  std::vector<std::string> folded;
   std::vector<std::string> notes;              // assumptions the user should know
   uint64_t weight_bytes = 0;                   // float32 weights as planned
   bool selftest_stored = false;

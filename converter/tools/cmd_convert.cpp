@@ -65,6 +65,7 @@ void print_plan(const std::string& in, const ConvertReport& r) {
     std::printf("layer %zu  %-10s %s  %u -> %u\n", i, l.name.c_str(), l.description.c_str(), l.input_size,
                 l.output_size);
   }
+  for (const std::string& f : r.folded) std::printf("folded   %s\n", f.c_str());
   for (size_t i = 0; i < r.ignored.size() && i < 8; ++i)
     std::printf("ignored  %s (%s)\n", r.ignored[i].first.c_str(), r.ignored[i].second.c_str());
   if (r.ignored.size() > 8) std::printf("ignored  ... and %zu more (see ferry inspect)\n", r.ignored.size() - 8);

@@ -13,6 +13,7 @@
 
 #include "backends.h"
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/dcp.h"
 #include "cli_model.h"
 #include "commands.h"
 #include "ferry/ferry_generated.h"
@@ -190,12 +191,16 @@ int inspect_model(const std::string& path) {
 }
 
 int inspect_checkpoint(const std::string& path, const std::string& key) {
-  MappedFile file(path);
   LoadOptions load;
   load.key = key;
-  const Checkpoint c = load_checkpoint(file, load);
-  std::printf("%s: %s, %zu bytes, sha256 %s\n", path.c_str(), c.form.c_str(), file.size(),
-              sha256_file(file).c_str());
+  const CheckpointInput input = open_checkpoint(path, load);
+  const Checkpoint& c = input.checkpoint;
+  std::printf("%s: %s, %llu bytes%s, sha256 %s\n", path.c_str(), c.form.c_str(),
+              static_cast<unsigned long long>(input.bytes()), input.directory ? " read" : "", input.sha256().c_str());
+  if (input.directory) {
+    for (const auto& [name, f] : input.files)
+      std::printf("file     %-24s %llu bytes\n", name.c_str(), static_cast<unsigned long long>(f->size()));
+  }
   std::printf("%-40s %-9s %-16s %-8s %10s  %s\n", "tensor", "dtype", "shape", "location", "bytes", "storage");
   for (const TensorRef& t : c.tensors) {
     const uint64_t bytes = static_cast<uint64_t>(t.numel()) * dtype_size(t.dtype);
@@ -206,6 +211,7 @@ int inspect_checkpoint(const std::string& path, const std::string& key) {
   }
   for (const auto& [k, v] : c.attributes) std::printf("attr     %s = %s\n", k.c_str(), v.c_str());
   const ModuleSet modules = group_modules(c);
+  for (const auto& f : modules.folded) std::printf("folded   %s = %s\n", f->name.c_str(), f->derivation.c_str());
   for (const Module& m : modules.modules) std::printf("module   %-20s %s\n", m.path.c_str(), m.describe().c_str());
   for (const auto& [k, why] : modules.ignored) std::printf("ignored  %s (%s)\n", k.c_str(), why.c_str());
   return 0;
@@ -213,7 +219,7 @@ int inspect_checkpoint(const std::string& path, const std::string& key) {
 
 int run_inspect(const std::string& path, const std::string& key, bool json) {
   bool is_model = false;
-  {
+  if (!is_directory(path)) {  // a directory is a distributed checkpoint
     MappedFile f(path);
     is_model = f.size() >= 8 && std::memcmp(f.data() + 4, ferry::fb::ModelIdentifier(), 4) == 0;
   }
@@ -236,7 +242,9 @@ Action declare_inspect(CLI::App& app) {
       "A checkpoint: its form, every tensor (dtype, shape, location, bytes, storage), the hyper-parameters it\n"
       "records, the modules they make and what is ignored. A model file: its layers, tensors, sizes, arena\n"
       "size, provenance and the backends that run it.");
-  app.add_option("FILE", o->file, "A checkpoint or a model file")->type_name("PATH")->required();
+  app.add_option("FILE", o->file, "A checkpoint (a file or a DCP directory) or a model file")
+      ->type_name("PATH")
+      ->required();
   app.add_option("--key", o->key, "The entry of a checkpoint dict that holds the model")->type_name("NAME");
   app.add_flag("--json", o->json, "Print one JSON object (model files)");
   return [o] { return run_inspect(o->file, o->key, o->json); };

@@ -33,6 +33,7 @@ tests/e2e/test_bad_catalogue.cpp feeds every entry to the CLI and the C API.
 
 import json
 import os
+import shutil
 import struct
 import zlib
 
@@ -1425,12 +1426,360 @@ def op_entries():
           "input_is_tokens: the first layer must be an Embedding", "token ids into a BatchNorm")
 
 
+# ---------------------------------------------------------------------------
+# Distributed checkpoints (DCP, PYTORCH_FORMAT.md §9): each entry is a
+# directory (checkpoints/dcp_<name>/), a .metadata pickle written opcode by
+# opcode as torch 2.x writes it (NEWOBJ + BUILD dataclasses, torch.Size and
+# the layout / memory-format values REDUCE'd) and __<rank>_0.distcp data
+# files whose byte ranges are torch.save zips of one tensor. The control
+# holds fc (Linear(3, 2)) under the key "model", its weight sharded by rows
+# over two ranks' files, as FSDP saves it.
+
+DCP_MD = "torch.distributed.checkpoint.metadata"
+DCP_FS = "torch.distributed.checkpoint.filesystem"
+
+
+def dcp_obj(p, module, name, state):
+    """NEWOBJ(cls, ()) then BUILD(state); `state(p)` pushes the state."""
+    p.glob(module, name).op(b")", 0x81)
+    state(p)
+    return p.op(b"b")
+
+
+def dcp_dict(p, items):
+    """A dict of (key writer, value writer) pairs."""
+    p.op(b"}").mark()
+    for k, v in items:
+        k(p)
+        v(p)
+    return p.op(b"u")
+
+
+def dcp_size(p, dims):
+    p.glob("torch", "Size").mark()
+    for d in dims:
+        p.int(d)
+    return p.op(b"t", 0x85, b"R")
+
+
+def s_(text):
+    return lambda p: p.str(text)
+
+
+def i_(v):
+    return lambda p: p.int(v)
+
+
+def dcp_properties(dtype):
+    def write(p):
+        def state(q):
+            q.mark().glob("torch", dtype)
+            q.glob("torch.serialization", "_get_layout").str("torch.strided").op(0x85, b"R")
+            q.false().glob(DCP_MD, "_MEM_FORMAT_ENCODING").int(0).op(0x85, b"R").false().op(b"t")
+        return dcp_obj(p, DCP_MD, "TensorProperties", state)
+    return write
+
+
+def dcp_tensor_md(size, chunks, dtype="float32"):
+    def write(p):
+        def chunk(offsets, sizes):
+            return lambda q: dcp_obj(q, DCP_MD, "ChunkStorageMetadata",
+                                     lambda r: dcp_dict(r, [(s_("offsets"), lambda t: dcp_size(t, offsets)),
+                                                            (s_("sizes"), lambda t: dcp_size(t, sizes))]))
+
+        def chunk_list(q):
+            q.op(b"]").mark()
+            for o, z in chunks:
+                chunk(o, z)(q)
+            return q.op(b"e")
+        return dcp_obj(p, DCP_MD, "TensorStorageMetadata",
+                       lambda q: dcp_dict(q, [(s_("properties"), dcp_properties(dtype)),
+                                              (s_("size"), lambda t: dcp_size(t, size)),
+                                              (s_("chunks"), chunk_list)]))
+    return write
+
+
+def dcp_metadata(tensors, storage, planner=None, prefix_globals=None):
+    """tensors: [(fqn, size, [(offsets, sizes)], dtype)]; storage: [(fqn,
+    offsets, relative_path, offset, length, transforms)]; planner: {fqn: path
+    tuple} (default: ("model", rest))."""
+    p = P().proto(4)
+    if prefix_globals:
+        prefix_globals(p)
+
+    def sdm(q):
+        return dcp_dict(q, [(s_(f), dcp_tensor_md(size, chunks, dtype)) for f, size, chunks, dtype in tensors])
+
+    def storage_info(rel, off, length, transforms):
+        items = [(s_("relative_path"), s_(rel)), (s_("offset"), i_(off)), (s_("length"), i_(length))]
+        if transforms is not None:
+            def tlist(q):
+                q.op(b"]").mark()
+                for t in transforms:
+                    q.str(t)
+                return q.op(b"e")
+            items.append((s_("transform_descriptors"), tlist))
+        return lambda q: dcp_obj(q, DCP_FS, "_StorageInfo", lambda r: dcp_dict(r, items))
+
+    def index(fqn, offsets, i):
+        return lambda q: dcp_obj(q, DCP_MD, "MetadataIndex",
+                                 lambda r: dcp_dict(r, [(s_("fqn"), s_(fqn)),
+                                                        (s_("offset"), lambda t: dcp_size(t, offsets)),
+                                                        (s_("index"), i_(i))]))
+
+    def sd(q):
+        return dcp_dict(q, [(index(f, o, n), storage_info(rel, off, ln, tr))
+                            for n, (f, o, rel, off, ln, tr) in enumerate(storage)])
+
+    if planner is None:
+        planner = {f: ("model", f[len("model."):]) for f, _, _, _ in tensors}
+
+    def pd(q):
+        def path(t):
+            def w(r):
+                r.mark()
+                for e in t:
+                    r.str(e)
+                return r.op(b"t")
+            return w
+        return dcp_dict(q, [(s_(f), path(t)) for f, t in planner.items()])
+
+    def meta_state(q):
+        return dcp_dict(q, [(s_("state_dict_metadata"), sdm), (s_("planner_data"), pd), (s_("storage_data"), sd),
+                            (s_("storage_meta"), lambda r: r.op(b"N")), (s_("version"), s_("1.0.0"))])
+    dcp_obj(p, DCP_MD, "Metadata", meta_state)
+    return bytes(p.stop().b)
+
+
+def dcp_slice(shape, values, dtype_cls="FloatStorage", fmt="f", stride=None, numel=None):
+    """A torch.save zip of one tensor, as DCP writes each chunk."""
+    n = 1
+    for d in shape:
+        n *= d
+    data = struct.pack("<%d%s" % (len(values), fmt), *values)
+    pkl = P().proto(2)
+    pkl.tensor(dtype_cls, "0", len(values) if numel is None else numel, 0, shape, stride=stride)
+    return bytes(checkpoint(pkl=bytes(pkl.stop().b), storages=[("0", data)]).finish()[0])
+
+
+def dcp_dir(name, metadata, files, expect, why, ok=False):
+    """Writes checkpoints/<name>/ (a directory entry for `ferry convert`)."""
+    rel = "checkpoints/" + name
+    full = os.path.join(HERE, rel)
+    os.makedirs(full, exist_ok=True)
+    if metadata is not None:
+        with open(os.path.join(full, ".metadata"), "wb") as f:
+            f.write(metadata)
+    for fname, data in files.items():
+        with open(os.path.join(full, fname), "wb") as f:
+            f.write(data)
+    e = {"file": rel, "tool": "convert"}
+    if ok:
+        e["ok"] = True
+    else:
+        e["expect"] = expect
+    e["why"] = why
+    ENTRIES.append(e)
+
+
+def dcp_entries():
+    w0 = dcp_slice([1, 3], [0.5, -0.25, 0.125])
+    w1 = dcp_slice([1, 3], [1.0, 0.75, -0.5])
+    b = dcp_slice([2], [0.1, -0.2])
+    f0 = b + w0  # rank 0: fc.bias, then its rows of fc.weight
+    f1 = w1
+    files = {"__0_0.distcp": f0, "__1_0.distcp": f1}
+    W = ("model.fc.weight", [2, 3], [([0, 0], [1, 3]), ([1, 0], [1, 3])], "float32")
+    B = ("model.fc.bias", [2], [([0], [2])], "float32")
+    S = [("model.fc.bias", [0], "__0_0.distcp", 0, len(b), None),
+         ("model.fc.weight", [0, 0], "__0_0.distcp", len(b), len(w0), None),
+         ("model.fc.weight", [1, 0], "__1_0.distcp", 0, len(w1), None)]
+
+    def md(tensors=(W, B), storage=S, **kw):
+        return dcp_metadata(list(tensors), list(storage), **kw)
+
+    dcp_dir("dcp_control", md(), files, None,
+            "control: Linear(3, 2) under 'model', weight sharded by rows over two ranks' files", ok=True)
+    where = "state_dict_metadata['model.fc.weight'].chunks"
+    dcp_dir("dcp_chunks_overlap", md(tensors=[("model.fc.weight", [2, 3], [([0, 0], [2, 3]), ([1, 0], [1, 3])],
+                                               "float32"), B],
+                                     storage=[S[0], ("model.fc.weight", [0, 0], "__0_0.distcp", len(b), len(w0), None),
+                                              S[2]]), files,
+            where + ": chunks[0] (offsets [0, 0], sizes [2, 3]) and chunks[1] (offsets [1, 0], sizes [1, 3]) overlap",
+            "two chunks both hold row 1")
+    dcp_dir("dcp_chunks_gap", md(tensors=[("model.fc.weight", [2, 3], [([0, 0], [1, 3])], "float32"), B]), files,
+            where + ": cover 3 of the 6 elements of size [2, 3]: a gap no chunk fills", "row 1 is in no chunk")
+    dcp_dir("dcp_chunk_past_tensor",
+            md(tensors=[("model.fc.weight", [2, 3], [([0, 0], [1, 3]), ([1, 0], [2, 3])], "float32"), B]), files,
+            where + "[1]: offsets [1, 0] + sizes [2, 3] reach past the tensor's size [2, 3] (dimension 0)",
+            "a chunk of rows 1..2 of a 2-row tensor")
+    dcp_dir("dcp_chunk_negative_offset",
+            md(tensors=[("model.fc.weight", [2, 3], [([0, 0], [1, 3]), ([-1, 0], [1, 3])], "float32"), B]), files,
+            where + "[1].offsets: holds a negative size -1", "chunk offset -1")
+    dcp_dir("dcp_slice_past_file", md(storage=[S[0], S[1], ("model.fc.weight", [1, 0], "__1_0.distcp", 0,
+                                                             len(w1) + 4096, None)]), files,
+            ".metadata: storage_data['model.fc.weight'] (chunk at [1, 0]): bytes [0, +" + str(len(w1) + 4096) +
+            ") reach past the end of __1_0.distcp (" + str(len(w1)) + " bytes)", "a chunk's length 4096 past its file")
+    dcp_dir("dcp_offset_wrap", md(storage=[S[0], S[1], ("model.fc.weight", [1, 0], "__1_0.distcp", 2**63 - 8,
+                                                         len(w1), None)]), files,
+            "reach past the end of __1_0.distcp", "offset 2^63 - 8: offset + length near overflow")
+    dcp_dir("dcp_relative_path_dotdot",
+            md(storage=[S[0], S[1], ("model.fc.weight", [1, 0], "../dcp_control/__1_0.distcp", 0, len(w1), None)]),
+            files, "relative_path: '../dcp_control/__1_0.distcp' is not a plain file name of the checkpoint directory",
+            "relative_path climbs out of the directory with ..")
+    dcp_dir("dcp_relative_path_absolute",
+            md(storage=[S[0], S[1], ("model.fc.weight", [1, 0], "/etc/passwd", 0, 16, None)]), files,
+            "relative_path: '/etc/passwd' is not a plain file name of the checkpoint directory",
+            "an absolute relative_path")
+    dcp_dir("dcp_relative_path_dotdot_alone",
+            md(storage=[S[0], S[1], ("model.fc.weight", [1, 0], "..", 0, 16, None)]), files,
+            "relative_path: '..' is not a plain file name", "relative_path '..'")
+    dcp_dir("dcp_slice_not_zip", md(storage=[S[0], ("model.fc.weight", [0, 0], "__0_0.distcp", len(b) + 7,
+                                                     len(w0) - 7, None), S[2]]), files,
+            "(tensor 'model.fc.weight' chunk 0 at [0, 0]): not a torch.save zip (no zip signature)",
+            "a chunk's range starts 7 bytes into its zip")
+    dcp_dir("dcp_slice_truncated_zip", md(storage=[S[0], ("model.fc.weight", [0, 0], "__0_0.distcp", len(b),
+                                                           len(w0) - 30, None), S[2]]), files,
+            "(tensor 'model.fc.weight' chunk 0 at [0, 0]): zip archive",
+            "a chunk's range cut 30 bytes short of its zip's end")
+    st = struct.pack("<Q", 2) + b"{}" + b"\0" * 8
+    dcp_dir("dcp_safetensors_chunk", md(storage=[S[0], S[1], ("model.fc.weight", [1, 0], "__1_0.distcp",
+                                                               len(w1), len(st), None)]),
+            {"__0_0.distcp": f0, "__1_0.distcp": f1 + st},
+            "a safetensors-format chunk (a DCP saved with the safetensors serialization format)",
+            "a chunk's bytes are a safetensors file")
+    dcp_dir("dcp_missing_distcp", md(), {"__0_0.distcp": f0},
+            "__1_0.distcp: cannot open: No such file or directory (the data file",
+            "rank 1's data file is missing")
+    dcp_dir("dcp_no_storage_entry", md(storage=[S[0], S[1]]), files,
+            where + "[1]: no storage_data entry for the chunk at offsets [1, 0]",
+            "a chunk whose bytes are recorded nowhere")
+    dcp_dir("dcp_transform_zstd", md(storage=[S[0], S[1], ("model.fc.weight", [1, 0], "__1_0.distcp", 0, len(w1),
+                                                            ["stream_zstd"])]), files,
+            "transform_descriptors: ['stream_zstd']: the chunk is stored transformed",
+            "a zstd-compressed chunk (transform_descriptors)")
+    body = P().glob("__main__", "Payload").op(b")", 0x81, b"0")
+    dcp_dir("dcp_offlist_global", md(prefix_globals=lambda p: p.op(body.b)), files,
+            "refused global '__main__.Payload' (not one this stream may name)",
+            "a class the DCP metadata never names, pickled before the Metadata")
+    dcp_dir("dcp_offlist_rebuild_tensor",
+            md(prefix_globals=lambda p: p.glob("torch._utils", "_rebuild_tensor_v2").op(b"0")), files,
+            "refused global 'torch._utils._rebuild_tensor_v2' (not one this stream may name)",
+            "a tensor rebuild (allowed in data.pkl) inside .metadata")
+    dcp_dir("dcp_posix_system",
+            md(prefix_globals=lambda p: p.glob("posix", "system").str("touch /tmp/ferry_pwned").op(0x85, b"R0")),
+            files, "refused global 'posix.system'", "posix.system called from .metadata")
+    dcp_dir("dcp_shape_mismatch", md(), {"__0_0.distcp": b + dcp_slice([1, 2], [0.5, -0.25]) + b"\0" * 0,
+                                         "__1_0.distcp": f1},
+            "holds a tensor of shape [1, 2], but the metadata gives the chunk sizes [1, 3]",
+            "a chunk's zip holds a tensor of another shape")
+    w0d = dcp_slice([1, 3], [0.5, -0.25, 0.125], dtype_cls="DoubleStorage", fmt="d")
+    dcp_dir("dcp_dtype_mismatch", md(storage=[S[0], ("model.fc.weight", [0, 0], "__0_0.distcp", len(b), len(w0d),
+                                                      None), S[2]]),
+            {"__0_0.distcp": b + w0d, "__1_0.distcp": f1},
+            "holds a float64 tensor, but the metadata gives dtype float32", "a float64 chunk of a float32 tensor")
+    wz = dcp_slice([1, 3], [0.5], stride=[0, 0], numel=1)
+    dcp_dir("dcp_zero_stride_shard", md(storage=[S[0], S[1], ("model.fc.weight", [1, 0], "__1_0.distcp", 0, len(wz),
+                                                              None)]),
+            {"__0_0.distcp": f0, "__1_0.distcp": wz},
+            "a view of 3 elements over a storage of 1: a sharded chunk must store every element it holds",
+            "a zero-stride chunk: reassembly would allocate what no file holds")
+    dcp_dir("dcp_no_metadata", None, files, "a directory without a .metadata file: not a distributed checkpoint",
+            "data files without their .metadata")
+    dcp_dir("dcp_metadata_not_metadata", bytes(P().proto(4).op(b"}").stop().b), files,
+            ".metadata: the root: is a dict, not a Metadata", "a .metadata holding a plain dict")
+    dcp_dir("dcp_metadata_truncated", md()[:-3], files, ".metadata: truncated", "a .metadata missing its last 3 bytes")
+
+
+# ---------------------------------------------------------------------------
+# Weight norm and spectral norm parts (PYTORCH_FORMAT.md §10), folded at
+# convert time: a Linear(3, 2) state dict whose weight is stored as parts.
+
+
+def parts_checkpoint(named):
+    """named: [(key, shape, values)] -> a torch.save zip state dict."""
+    tensors, storages = [], []
+    for i, (key, shape, values) in enumerate(named):
+        tensors.append((key, dict(storage_cls="FloatStorage", key=str(i), numel=len(values), offset=0, size=shape)))
+        storages.append((str(i), f32(*values)))
+    return bytes(checkpoint(pkl=state_dict_pickle(tensors), storages=storages).finish()[0])
+
+
+def norm_entries():
+    V = [0.5, -0.25, 0.125, 1.0, 0.75, -0.5]
+    bias = ("fc.bias", [2], [0.1, -0.2])
+    add("checkpoints/control_weight_norm.pt",
+        parts_checkpoint([("fc.weight_g", [2, 1], [2.0, -1.0]), ("fc.weight_v", [2, 3], V), bias]), "convert", None,
+        "control: Linear(3, 2) with legacy weight norm (g [2, 1], v [2, 3]), folded", ok=True)
+    add("checkpoints/control_spectral_norm.pt",
+        parts_checkpoint([("fc.weight_orig", [2, 3], V), ("fc.weight_u", [2], [0.6, 0.8]),
+                          ("fc.weight_v", [3], [0.0, 0.6, 0.8]), bias]), "convert", None,
+        "control: Linear(3, 2) with legacy spectral norm, folded", ok=True)
+    ckpt("wn_g_wrong_shape.pt",
+         parts_checkpoint([("fc.weight_g", [3, 1], [1.0, 1.0, 1.0]), ("fc.weight_v", [2, 3], V), bias]),
+         "weight norm of 'fc.weight' (g 'fc.weight_g' [3, 1], v 'fc.weight_v' [2, 3]): g must match v along one "
+         "dimension and be 1 along the others", "g [3, 1] for a [2, 3] v")
+    ckpt("wn_g_rank_mismatch.pt",
+         parts_checkpoint([("fc.weight_g", [2], [1.0, 1.0]), ("fc.weight_v", [2, 3], V), bias]),
+         "g must match v along one dimension", "g [2] without keepdim's trailing 1")
+    ckpt("wn_zero_norm_v.pt",
+         parts_checkpoint([("fc.weight_g", [2, 1], [2.0, 1.0]), ("fc.weight_v", [2, 3], V[:3] + [0.0] * 3), bias]),
+         "weight norm of 'fc.weight' (g 'fc.weight_g' [2, 1], v 'fc.weight_v' [2, 3]): v has a zero norm at index 1 "
+         "of dim 0", "row 1 of v is all zeros: 0 / 0")
+    ckpt("wn_param_zero_norm_v.pt",
+         parts_checkpoint([("fc.parametrizations.weight.original0", [2, 1], [2.0, 1.0]),
+                           ("fc.parametrizations.weight.original1", [2, 3], [0.0] * 6), bias]),
+         "v has a zero norm at index 0 of dim 0", "parametrizations weight norm with an all-zero v")
+    ckpt("sn_u_wrong_size.pt",
+         parts_checkpoint([("fc.weight_orig", [2, 3], V), ("fc.weight_u", [3], [0.6, 0.8, 0.0]),
+                           ("fc.weight_v", [3], [0.0, 0.6, 0.8]), bias]),
+         "spectral norm of 'fc.weight' (weight 'fc.weight_orig' [2, 3], u 'fc.weight_u' [3], v 'fc.weight_v' [3]): "
+         "u has 3 and v 3 elements, but the weight [2, 3] as a matrix is 2 x 3 (u needs 2, v 3)",
+         "u of 3 elements for a weight of 2 rows")
+    ckpt("sn_v_wrong_size.pt",
+         parts_checkpoint([("fc.parametrizations.weight.original", [2, 3], V),
+                           ("fc.parametrizations.weight.0._u", [2], [0.6, 0.8]),
+                           ("fc.parametrizations.weight.0._v", [2], [0.6, 0.8]), bias]),
+         "u has 2 and v 2 elements, but the weight [2, 3] as a matrix is 2 x 3 (u needs 2, v 3)",
+         "parametrizations spectral norm with a v of 2 elements for 3 columns")
+    ckpt("sn_sigma_zero.pt",
+         parts_checkpoint([("fc.weight_orig", [2, 3], V), ("fc.weight_u", [2], [0.0, 0.0]),
+                           ("fc.weight_v", [3], [0.0, 0.6, 0.8]), bias]),
+         "sigma = u^T W v is 0.000000: the weight / sigma is undefined", "u = 0: sigma 0")
+    ckpt("param_orthogonal.pt",
+         parts_checkpoint([("fc.parametrizations.weight.original", [2, 3], V),
+                           ("fc.parametrizations.weight.0.base", [2, 3], V), bias]),
+         "tensors 'fc.parametrizations.weight.{0.base, original}': the parametrization of 'fc.weight' is not "
+         "weight_norm (original0, original1) or spectral_norm", "an orthogonal parametrization's parts")
+    ckpt("param_stacked.pt",
+         parts_checkpoint([("fc.parametrizations.weight.original0", [2, 1], [2.0, 1.0]),
+                           ("fc.parametrizations.weight.original1", [2, 3], V),
+                           ("fc.parametrizations.weight.1._u", [2], [0.6, 0.8]),
+                           ("fc.parametrizations.weight.1._v", [3], [0.0, 0.6, 0.8]), bias]),
+         "tensors 'fc.parametrizations.weight.{1._u, 1._v, original0, original1}'",
+         "weight norm and spectral norm stacked on one weight")
+    ckpt("wn_and_weight_both.pt",
+         parts_checkpoint([("fc.weight", [2, 3], V), ("fc.weight_g", [2, 1], [2.0, -1.0]),
+                           ("fc.weight_v", [2, 3], V), bias]),
+         "tensor 'fc.weight' and the reparametrized parts of the same weight (fc.weight_g, ...) are both in the file",
+         "a plain weight beside its own weight-norm parts")
+    ckpt("wn_and_sn_share_v.pt",
+         parts_checkpoint([("fc.weight_orig", [2, 3], V), ("fc.weight_u", [2], [0.6, 0.8]),
+                           ("fc.weight_g", [2, 1], [2.0, -1.0]), ("fc.weight_v", [3], [0.0, 0.6, 0.8]), bias]),
+         "tensor 'fc.weight_v' is a part of two reparametrizations of 'fc.weight'",
+         "_orig/_u/_v and _g/_v claim one _v")
+
+
 def main():
     for sub in ("checkpoints", "models"):
         d = os.path.join(HERE, sub)
         if os.path.isdir(d):
             for f in os.listdir(d):
-                os.remove(os.path.join(d, f))
+                path = os.path.join(d, f)
+                if os.path.isdir(path):  # a DCP entry is a directory
+                    shutil.rmtree(path)
+                else:
+                    os.remove(path)
     zip_entries()
     pickle_entries()
     tensor_entries()
@@ -1442,6 +1791,8 @@ def main():
     model_entries()
     quant_entries()
     op_entries()
+    dcp_entries()
+    norm_entries()
     with open(os.path.join(HERE, "manifest.json"), "w") as f:
         json.dump(ENTRIES, f, indent=1)
         f.write("\n")

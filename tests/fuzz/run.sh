@@ -22,7 +22,7 @@ root=$PWD
 [ $# -ge 1 ] && [[ "$1" =~ ^[0-9]+$ ]] || { echo "usage: tests/fuzz/run.sh SECONDS [TARGET...]" >&2; exit 2; }
 seconds=$1
 shift
-all_targets=(zip pickle checkpoint legacy safetensors model_load model_run inputs npy)
+all_targets=(zip pickle checkpoint legacy safetensors model_load model_run inputs npy dcp)
 if [ $# -gt 0 ]; then targets=("$@"); else targets=("${all_targets[@]}"); fi
 build=$(realpath -m "${FERRY_FUZZ_BUILD:-build-fuzz}")
 nice_level=${FERRY_FUZZ_NICE:-0}
@@ -62,6 +62,7 @@ copy_seeds legacy "$fixtures"/lstm_legacy.pt
 copy_seeds safetensors "$root"/tests/fuzz/seeds/safetensors/*
 copy_seeds inputs "$root"/tests/fuzz/seeds/inputs/*
 copy_seeds npy "$fixtures"/*.npy
+copy_seeds dcp "$root"/tests/fixtures/torch2_forms/dcp_*/.metadata "$bad"/checkpoints/dcp_*/.metadata
 # Models: fixtures converted by this build's CLI (with self-test vectors),
 # and the catalogue's model files.
 mkdir -p "$seeds/models"
@@ -97,7 +98,7 @@ copy_seeds model_run "$seeds"/models/*.fb "$bad"/models/*
 dict_for() {
   case "$1" in
     zip) echo "$root/tests/fuzz/dict/zip.dict" ;;
-    pickle | legacy) echo "$root/tests/fuzz/dict/pickle.dict" ;;
+    pickle | legacy | dcp) echo "$root/tests/fuzz/dict/pickle.dict" ;;
     safetensors) echo "$root/tests/fuzz/dict/safetensors.dict" ;;
     checkpoint) cat "$root"/tests/fuzz/dict/{zip,pickle}.dict >"$build/checkpoint.dict"; echo "$build/checkpoint.dict" ;;
     model_load | model_run | inputs) echo "$root/tests/fuzz/dict/model.dict" ;;

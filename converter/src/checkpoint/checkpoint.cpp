@@ -6,11 +6,13 @@
 #include <algorithm>
 #include <cstring>
 
+#include "checkpoint/dcp.h"
 #include "checkpoint/legacy.h"
 #include "checkpoint/safetensors.h"
 #include "checkpoint/torchscript.h"
 #include "checkpoint/zip_checkpoint.h"
 #include "error.h"
+#include "io/sha256.h"
 #include "io/zip_reader.h"
 
 namespace ferry::conv {
@@ -40,9 +42,7 @@ Format detect_format(const uint8_t* d, size_t n) {
   return Format::Unknown;
 }
 
-}  // namespace
-
-Checkpoint load_checkpoint(const MappedFile& file, const LoadOptions& options) {
+Checkpoint read_file(const MappedFile& file, const LoadOptions& options) {
   const std::string& path = file.path();
   const uint8_t* d = file.data();
   const size_t n = file.size();
@@ -74,6 +74,43 @@ Checkpoint load_checkpoint(const MappedFile& file, const LoadOptions& options) {
     head += digits[d[i] & 15];
   }
   throw Error(path + ": not a PyTorch checkpoint (unrecognized header " + head + ")");
+}
+
+}  // namespace
+
+Checkpoint load_checkpoint(const MappedFile& file, const LoadOptions& options) {
+  Checkpoint c = read_file(file, options);
+  c.path = file.path();
+  return c;
+}
+
+uint64_t CheckpointInput::bytes() const {
+  uint64_t n = 0;
+  for (const auto& f : files) n += f.second->size();
+  return n;
+}
+
+std::string CheckpointInput::sha256() const {
+  if (!directory) return sha256_file(*file);
+  std::vector<DcpFile> list;
+  for (const auto& [name, f] : files) list.push_back({name, f});
+  return dcp_sha256(list);
+}
+
+CheckpointInput open_checkpoint(const std::string& path, const LoadOptions& options) {
+  CheckpointInput in;
+  if (is_directory(path)) {
+    in.directory = true;
+    std::vector<DcpFile> read;
+    in.checkpoint = read_dcp_directory(path, options, &read);
+    for (DcpFile& f : read) in.files.emplace_back(std::move(f.name), std::move(f.file));
+    return in;
+  }
+  in.file = std::make_shared<const MappedFile>(path);
+  const size_t slash = path.rfind('/');
+  in.files.emplace_back(slash == std::string::npos ? path : path.substr(slash + 1), in.file);
+  in.checkpoint = load_checkpoint(*in.file, options);
+  return in;
 }
 
 }  // namespace ferry::conv

@@ -6,10 +6,12 @@
 // load_checkpoint() detects the container from the bytes and hands the file
 // to one reader (zip_checkpoint.h, legacy.h, torchscript.h, safetensors.h);
 // the readers share their internals through reader_internal.h and never call
-// one another.
+// one another. open_checkpoint() takes a path, which may also name a
+// distributed checkpoint directory (dcp.h).
 #pragma once
 
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -20,6 +22,8 @@
 namespace ferry::conv {
 
 struct Checkpoint {
+  // The file or directory it was read from, as given (messages name it).
+  std::string path;
   // The detected form, shown by inspect and recorded as provenance:
   // "zip state_dict", "zip training checkpoint (key 'model_state_dict')",
   // "zip whole module (__main__.Net)", "legacy (pre-1.6) state_dict",
@@ -64,5 +68,29 @@ struct LoadOptions {
 // message (file name, record, tensor, byte offset) on anything malformed or
 // unsupported.
 Checkpoint load_checkpoint(const MappedFile& file, const LoadOptions& options = {});
+
+// A checkpoint as it lies on disk, read: one file, or a distributed
+// checkpoint (DCP) directory and the files of it that were read.
+struct CheckpointInput {
+  Checkpoint checkpoint;
+  // The mapped file of a one-file checkpoint (the planner's source for byte
+  // copies and page release); null for a directory.
+  std::shared_ptr<const MappedFile> file;
+  bool directory = false;
+  // Every file read, by name in its directory, in name order: {file} for a
+  // one-file checkpoint; for a directory its metadata and the data files
+  // holding the tensors read.
+  std::vector<std::pair<std::string, std::shared_ptr<const MappedFile>>> files;
+
+  uint64_t bytes() const;  // of every file read
+  // Provenance: the SHA-256 of the file; of a directory, the SHA-256 of the
+  // lines "<sha256 of file>  <name>\n" of `files` (what `sha256sum FILES |
+  // sha256sum` prints in the directory; dcp.h).
+  std::string sha256() const;
+};
+
+// Reads the checkpoint at `path`: a DCP directory (dcp.h), else a file
+// (load_checkpoint). Throws Error.
+CheckpointInput open_checkpoint(const std::string& path, const LoadOptions& options = {});
 
 }  // namespace ferry::conv

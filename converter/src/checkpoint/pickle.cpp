@@ -72,6 +72,12 @@ GlobalKind classify_global(std::string_view module, std::string_view name) {
     if (name == "dtype") return GlobalKind::NumpyDType;
   } else if (module == "_codecs") {
     if (name == "encode") return GlobalKind::CodecsEncode;
+  } else if (module == "torch.serialization") {
+    if (name == "_get_layout") return GlobalKind::InertValue;
+  } else if (module == "torch.distributed.checkpoint.metadata") {
+    if (name == "_MEM_FORMAT_ENCODING") return GlobalKind::InertValue;
+  } else if (module == "pathlib" || module == "pathlib._local") {
+    if (name == "PosixPath" || name == "PurePosixPath") return GlobalKind::InertValue;
   } else if (module == "torch._utils") {
     if (name == "_rebuild_tensor") return GlobalKind::RebuildTensor;
     if (name == "_rebuild_tensor_v2") return GlobalKind::RebuildTensorV2;
@@ -447,6 +453,8 @@ Value* Unpickler::make_long(const uint8_t* p, size_t n) {
 
 Value* Unpickler::make_global(std::string module, std::string name) {
   if (is_refused_global(module, name)) fail("refused global '" + module + "." + name + "'");
+  if (limits_.allow_global && !limits_.allow_global(module, name))
+    fail("refused global '" + module + "." + name + "' (not one this stream may name)");
   Value* v = arena_->make(Kind::Global);
   v->global_kind = classify_global(module, name);
   v->module = std::move(module);
@@ -608,6 +616,20 @@ Value* Unpickler::reduce(Value* callable, Value* args, int level) {
         fail(refused + "dtype '" + code.substr(0, 8) + "' (object scalars are not allowlisted)");
       if (args->items.size() == 2 && args->items[1]->kind != Kind::Bytes && args->items[1]->kind != Kind::String)
         fail(refused + "a " + kind_name(args->items[1]->kind) + " (not (numpy.dtype, bytes))");
+      Value* v = arena_->make(Kind::Call);
+      v->cls = callable;
+      v->args = args;
+      set_depth(v, args);
+      return v;
+    }
+    case GlobalKind::InertValue: {
+      // Plain data in, plain data kept: strings, numbers, booleans, None.
+      arg_tuple(args, 0, 64, callable);
+      for (const Value* a : args->items) {
+        if (a->kind != Kind::String && a->kind != Kind::Int && a->kind != Kind::Bool && a->kind != Kind::None)
+          fail("'" + callable->qualified_name() + "' called with a " + kind_name(a->kind) +
+               " (only strings and numbers are data)");
+      }
       Value* v = arena_->make(Kind::Call);
       v->cls = callable;
       v->args = args;

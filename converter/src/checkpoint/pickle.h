@@ -75,6 +75,12 @@ enum class GlobalKind : uint8_t {
                           // state (version, shape, dtype, is_fortran, bytes) makes it a Tensor
   NumpyDType,             // numpy.dtype('f4', False, True) -> Call; BUILD gives the byte order
   NumpyScalar,            // multiarray.scalar(dtype, bytes) -> Call (kept, never a tensor)
+  // Constructors of plain values a distributed checkpoint's .metadata holds
+  // (PYTORCH_FORMAT.md §9), REDUCE'd with scalar arguments only and kept as
+  // an inert Call: torch.serialization._get_layout('torch.strided'),
+  // torch.distributed.checkpoint.metadata._MEM_FORMAT_ENCODING(0) (an enum),
+  // pathlib.PosixPath('/', 'tmp', ...) (the path DCP saved to).
+  InertValue,
 };
 
 // `module.name` is refused even as a reference (os, posix, nt, sys,
@@ -197,6 +203,12 @@ struct UnpickleLimits {
   size_t max_string = size_t{256} << 20;    // bytes in one string / bytes value
   uint32_t max_nesting = 1000;              // container nesting depth
   size_t max_tensor_dims = 64;
+  // When set, only the globals it accepts may appear at all: any other
+  // (module, name) is refused at GLOBAL / STACK_GLOBAL time, before anything
+  // is built from it. A reader whose stream may name only a known set of
+  // classes (a DCP .metadata: checkpoint/dcp.h) narrows the unpickler to
+  // that set; is_refused_global() still applies first.
+  bool (*allow_global)(std::string_view module, std::string_view name) = nullptr;
 };
 
 struct PickleTree {

@@ -149,6 +149,16 @@ class TensorCollector {
   Checkpoint& out_;
 };
 
+// The keys a training checkpoint keeps its model's state dict under, in the
+// order they are looked for.
+constexpr size_t kKnownStateDictKeyCount = 7;
+extern const char* const kKnownStateDictKeys[kKnownStateDictKeyCount];
+
+// Why a top-level entry `key` beside the selected state dict is not used:
+// "optimizer state", "scheduler state", "grad scaler state" by its name,
+// else by its value `v` ("not selected (dict)", ...; "not selected" for null).
+std::string reason_for_top_level(const std::string& key, const Value* v);
+
 // Picks the model out of an unpickled torch.save object and fills `out`
 // (PYTORCH_FORMAT.md §4): a bare state dict, a training-checkpoint dict (known
 // key, --key, or the largest all-tensor dict; the other top-level entries are

@@ -78,6 +78,22 @@ void TensorCollector::add(const std::string& name, const Value* v) {
   out_.tensors.push_back(std::move(ref));
 }
 
+const char* const kKnownStateDictKeys[kKnownStateDictKeyCount] = {
+    "state_dict", "model_state_dict", "model", "net", "model_state", "weights", "params"};
+
+// Why a top-level entry beside the selected state dict is not used.
+std::string reason_for_top_level(const std::string& key, const Value* v) {
+  std::string lower = key;
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (lower.find("optim") != std::string::npos) return "optimizer state";
+  if (lower.find("sched") != std::string::npos) return "scheduler state";
+  if (lower.find("scaler") != std::string::npos) return "grad scaler state";
+  if (!v) return "not selected";
+  if (v->kind == Kind::Tensor) return "tensor outside the selected state dict";
+  if (v->kind == Kind::Dict) return "not selected (dict)";
+  return "not a tensor (" + describe_value(v) + ")";
+}
+
 namespace {
 
 size_t count_tensors(const Value* dict) {
@@ -95,22 +111,6 @@ bool is_module_object(const Value* v) {
   if (v->kind != Kind::Object) return false;
   const Value* state = object_state(v);
   return state && (state->get("_parameters") || state->get("_modules"));
-}
-
-std::string lowercase(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return std::tolower(c); });
-  return s;
-}
-
-// Why a top-level entry beside the selected state dict is not used.
-std::string reason_for_top_level(const std::string& key, const Value* v) {
-  const std::string lower = lowercase(key);
-  if (lower.find("optim") != std::string::npos) return "optimizer state";
-  if (lower.find("sched") != std::string::npos) return "scheduler state";
-  if (lower.find("scaler") != std::string::npos) return "grad scaler state";
-  if (v->kind == Kind::Tensor) return "tensor outside the selected state dict";
-  if (v->kind == Kind::Dict) return "not selected (dict)";
-  return "not a tensor (" + describe_value(v) + ")";
 }
 
 // Lists a top-level entry that is not the model. Tensors inside dicts, lists
@@ -149,9 +149,6 @@ void ignore_top_level(const std::string& key, const Value* v, Checkpoint& out) {
   if (listed > kMaxListed)
     out.ignored.emplace_back(key, std::to_string(listed - kMaxListed) + " more tensors (" + tensor_reason + ")");
 }
-
-const char* const kKnownStateDictKeys[] = {"state_dict", "model_state_dict", "model", "net",
-                                           "model_state", "weights", "params"};
 
 }  // namespace
 

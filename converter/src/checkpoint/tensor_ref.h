@@ -21,8 +21,12 @@ struct Storage {
   const uint8_t* data = nullptr;  // points into the mapped file, or into `owned`
   uint64_t nbytes = 0;
   bool big_endian = false;
-  // A numpy array's bytes, copied out of the pickle that held them inline.
+  // A numpy array's bytes, copied out of the pickle that held them inline,
+  // or a sharded DCP tensor's chunks reassembled (dcp.h): exactly `nbytes`.
   std::shared_ptr<const std::string> owned;
+  // Whatever else `data` lives in and must outlive every view of it: the
+  // mapping of a DCP data file (.distcp), which no Checkpoint owns otherwise.
+  std::shared_ptr<const void> keep_alive;
 };
 
 // A tensor as the checkpoint describes it: a strided view of a storage.
@@ -35,6 +39,13 @@ struct TensorRef {
   std::vector<int64_t> stride;      // in elements
   int64_t offset = 0;               // storage offset in elements
   std::shared_ptr<const Storage> storage;
+  // A tensor ferry computed from others instead of reading it (a weight-norm
+  // or spectral-norm weight folded back: mapping/reparametrize.h): the
+  // state-dict keys it was made from, and how, e.g.
+  // "weight_norm(fc.weight_g, fc.weight_v, dim 0)". Empty for a tensor of
+  // the file.
+  std::vector<std::string> sources;
+  std::string derivation;
 
   int64_t numel() const;
 };

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "error.h"
+#include "mapping/reparametrize.h"
 #include "mapping/wrapper_prefixes.h"
 
 namespace ferry::conv {
@@ -268,7 +269,10 @@ ModuleSet group_modules(const Checkpoint& checkpoint) {
   set.ignored = checkpoint.ignored;
   std::map<std::string, size_t> index;  // path → modules[i]
   std::set<std::string> seen_keys;
-  for (const TensorRef& t : checkpoint.tensors) {
+  Reparametrized folded = fold_reparametrizations(checkpoint);
+  set.folded = std::move(folded.folded);
+  for (const TensorRef* tp : folded.tensors) {
+    const TensorRef& t = *tp;
     const std::string key = strip_wrapper_prefixes(t.name);
     if (!seen_keys.insert(key).second) {
       throw Error("tensor '" + t.name + "': key '" + key +
@@ -293,6 +297,8 @@ ModuleSet group_modules(const Checkpoint& checkpoint) {
   for (Module& m : set.modules) {
     auto cls = checkpoint.attributes.find(attribute_key(m.path, kClassAttribute));
     if (cls != checkpoint.attributes.end()) m.class_name = cls->second;
+    // torch.nn.utils.parametrize renames a module's class Parametrized<Class>.
+    if (m.class_name.rfind("Parametrized", 0) == 0) m.class_name = m.class_name.substr(12);
     const TensorRef* w = m.param("weight");
     if (m.params.count("weight_ih_l0") || m.params.count("weight_ih")) {
       classify_recurrent(m);
@@ -311,7 +317,9 @@ ModuleSet group_modules(const Checkpoint& checkpoint) {
       // Not a layer ferry runs (e.g. BatchNorm running stats, an embedding
       // table without a weight name we know): listed, never silently dropped.
       for (const auto& [name, t] : m.params) {
-        set.ignored.emplace_back(t->name, "module '" + m.path + "' is not a Linear or recurrent layer");
+        const std::string why = "module '" + m.path + "' is not a Linear or recurrent layer";
+        if (t->sources.empty()) set.ignored.emplace_back(t->name, why);
+        for (const std::string& source : t->sources) set.ignored.emplace_back(source, why);
       }
       continue;
     }

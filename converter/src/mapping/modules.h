@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -62,11 +63,15 @@ struct Module {
 struct ModuleSet {
   std::vector<Module> modules;  // first-appearance order in the state dict
   std::vector<std::pair<std::string, std::string>> ignored;  // key, reason
+  // Weights folded from weight norm / spectral norm parts
+  // (mapping/reparametrize.h): modules' params point into them.
+  std::vector<std::shared_ptr<const TensorRef>> folded;
 
   const Module* find(const std::string& path) const;
 };
 
-// Groups and validates. Throws Error naming the module and tensor at fault.
+// Folds reparametrized weights (mapping/reparametrize.h), then groups and
+// validates. Throws Error naming the module and tensor at fault.
 ModuleSet group_modules(const Checkpoint& checkpoint);
 
 }  // namespace ferry::conv

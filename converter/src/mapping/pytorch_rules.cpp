@@ -1,6 +1,7 @@
 #include "mapping/pytorch_rules.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "error.h"
 
@@ -82,6 +83,91 @@ std::vector<int64_t> recurrent_param_shape(CellKind kind, const std::string& bas
   if (base == "bias_ih" || base == "bias_hh") return {rows};
   if (base == "weight_hr") return {int64_t{sizes.proj}, int64_t{sizes.hidden}};
   throw Error("internal: '" + base + "' is not a recurrent parameter");
+}
+
+std::optional<int> weight_norm_dim(const std::vector<int64_t>& v_shape, const std::vector<int64_t>& g_shape) {
+  if (g_shape.empty()) return kWholeTensorNorm;
+  if (g_shape.size() != v_shape.size()) return std::nullopt;
+  std::optional<int> fit;
+  for (size_t d = 0; d < v_shape.size(); ++d) {
+    bool ok = g_shape[d] == v_shape[d];
+    for (size_t e = 0; e < g_shape.size() && ok; ++e) ok = e == d || g_shape[e] == 1;
+    // Prefer a dimension along which v has more than one index: where v is 1
+    // along every fitting dimension, the norm is the whole tensor's.
+    if (ok && (!fit || v_shape[d] != 1)) fit = static_cast<int>(d);
+  }
+  if (fit && v_shape[static_cast<size_t>(*fit)] == 1) return kWholeTensorNorm;
+  return fit;
+}
+
+std::vector<float> fold_weight_norm(const std::vector<float>& v, const std::vector<int64_t>& v_shape,
+                                    const std::vector<float>& g, int dim, const std::string& what) {
+  // v's elements in C order as [outer, n, inner] around `dim`.
+  uint64_t outer = 1, n = 1, inner = 1;
+  if (dim != kWholeTensorNorm) {
+    for (size_t d = 0; d < v_shape.size(); ++d) {
+      const uint64_t s = static_cast<uint64_t>(v_shape[d]);
+      if (static_cast<int>(d) < dim) outer *= s;
+      else if (static_cast<int>(d) == dim) n = s;
+      else inner *= s;
+    }
+  } else {
+    inner = v.size();
+  }
+  if (outer * n * inner != v.size() || g.size() != n) throw Error(what + ": internal: weight norm shapes");
+  std::vector<double> sq(n, 0.0);
+  for (uint64_t o = 0; o < outer; ++o)
+    for (uint64_t i = 0; i < n; ++i)
+      for (uint64_t k = 0; k < inner; ++k) {
+        const double x = v[(o * n + i) * inner + k];
+        sq[i] += x * x;
+      }
+  std::vector<float> scale(n);
+  for (uint64_t i = 0; i < n; ++i) {
+    const double norm = std::sqrt(sq[i]);
+    if (!(norm > 0) || !std::isfinite(norm)) {
+      throw Error(what + ": v has " + (norm > 0 ? "a non-finite" : "a zero") + " norm" +
+                  (dim == kWholeTensorNorm ? std::string() : " at index " + std::to_string(i) + " of dim " + std::to_string(dim)) +
+                  ": g / ||v|| is undefined");
+    }
+    // As torch._weight_norm computes it: v * (g / ||v||).
+    scale[i] = static_cast<float>(g[i] / static_cast<float>(norm));
+  }
+  std::vector<float> w(v.size());
+  for (uint64_t o = 0; o < outer; ++o)
+    for (uint64_t i = 0; i < n; ++i)
+      for (uint64_t k = 0; k < inner; ++k) {
+        const uint64_t at = (o * n + i) * inner + k;
+        w[at] = v[at] * scale[i];
+      }
+  return w;
+}
+
+std::vector<float> fold_spectral_norm(const std::vector<float>& orig, const std::vector<int64_t>& shape,
+                                      const std::vector<float>& u, const std::vector<float>& v,
+                                      const std::string& what, double* sigma) {
+  if (shape.empty() || shape[0] <= 0) throw Error(what + ": the weight has shape " + dims_text(shape) + ", no rows");
+  const uint64_t h = static_cast<uint64_t>(shape[0]);
+  const uint64_t w = orig.size() / h;
+  if (u.size() != h || v.size() != w) {
+    throw Error(what + ": u has " + std::to_string(u.size()) + " and v " + std::to_string(v.size()) +
+                " elements, but the weight " + dims_text(shape) + " as a matrix is " + std::to_string(h) + " x " +
+                std::to_string(w) + " (u needs " + std::to_string(h) + ", v " + std::to_string(w) + ")");
+  }
+  double s = 0;
+  for (uint64_t i = 0; i < h; ++i) {
+    double row = 0;
+    for (uint64_t j = 0; j < w; ++j) row += double{orig[i * w + j]} * double{v[j]};
+    s += double{u[i]} * row;
+  }
+  if (!(s != 0) || !std::isfinite(s)) {
+    throw Error(what + ": sigma = u^T W v is " + std::to_string(s) + ": the weight / sigma is undefined");
+  }
+  *sigma = s;
+  const float sf = static_cast<float>(s);
+  std::vector<float> out(orig.size());
+  for (size_t i = 0; i < orig.size(); ++i) out[i] = orig[i] / sf;
+  return out;
 }
 
 std::optional<uint64_t> float32_view_file_offset(const TensorRef& t, const MappedFile& file) {

@@ -105,6 +105,44 @@ std::string recurrent_param_suffix(bool is_cell, uint32_t layer, bool reverse);
 std::vector<int64_t> recurrent_param_shape(CellKind kind, const std::string& base, uint32_t input_size,
                                            const HiddenSizes& sizes, uint32_t layer, bool bidirectional);
 
+// ---------------------------------------- weight norm and spectral norm --
+// A weight may be stored reparametrized (PYTORCH_FORMAT.md §10): ferry
+// folds it back into the plain weight PyTorch computes in eval mode, once,
+// at convert time (mapping/reparametrize.h finds the tensors by name).
+//
+// weight_norm (torch.nn.utils.weight_norm: <name>_g, <name>_v;
+// parametrizations.weight_norm: original0 = g, original1 = v):
+//   w = v * g / ||v||, no epsilon, the L2 norm taken over every dimension of
+//   v except `dim` (one norm per index along `dim`; dim 0 by default: per
+//   output row of a Linear or RNN weight, per output channel of a Conv1d,
+//   over (in, k)); dim None: one norm of the whole tensor.
+// `dim` is not saved; g's shape says it: g has v's rank, v's size along
+// `dim` and 1 elsewhere (keepdim); a 0-d g is the whole-tensor norm. Where
+// several dimensions fit (v is 1 along all but one), every choice gives the
+// same w.
+constexpr int kWholeTensorNorm = -1;
+// The `dim` g's shape gives (kWholeTensorNorm for a 0-d g, or where v has
+// size 1 along every dimension g fits), or nullopt when g fits none.
+std::optional<int> weight_norm_dim(const std::vector<int64_t>& v_shape, const std::vector<int64_t>& g_shape);
+// w = v * g / ||v|| over v's C-order elements (g holds one value per index
+// along `dim`, or one for kWholeTensorNorm). The norms are summed in double.
+// Throws Error, starting with `what`, where a norm is 0 (PyTorch would
+// divide by it: the weight is undefined).
+std::vector<float> fold_weight_norm(const std::vector<float>& v, const std::vector<int64_t>& v_shape,
+                                    const std::vector<float>& g, int dim, const std::string& what);
+
+// spectral_norm (torch.nn.utils.spectral_norm: <name>_orig, buffers
+// <name>_u [h], <name>_v [w]; parametrizations.spectral_norm: original +
+// 0._u, 0._v), in eval mode, where PyTorch runs no power iteration:
+//   W = orig reshaped to a matrix (h = orig.shape[0], w = numel / h: dim 0,
+//   PyTorch's default for every module but ConvTranspose, which ferry does
+//   not run), sigma = u^T (W v), weight = orig / sigma.
+// Returns the weight and sets *sigma; throws Error, starting with `what`,
+// when u or v does not have h or w elements, or sigma is 0 or not finite.
+std::vector<float> fold_spectral_norm(const std::vector<float>& orig, const std::vector<int64_t>& shape,
+                                      const std::vector<float>& u, const std::vector<float>& v,
+                                      const std::string& what, double* sigma);
+
 // ------------------------------------------------ views: cuDNN flat weights --
 // A parameter is a view: on a GPU, PyTorch keeps an RNN's parameters as views
 // into one flat storage (cuDNN's layout: per layer w_ih, w_hh, b_ih, b_hh, each

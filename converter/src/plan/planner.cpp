@@ -60,7 +60,9 @@ class PlanBuilder {
         }
       };
     }
-    map(t.name, layer, role);
+    if (t.sources.empty()) map(t.name, layer, role);
+    // A folded weight (mapping/reparametrize.h): every part it was made from.
+    for (const std::string& source : t.sources) map(source, layer, role + " = " + t.derivation);
     return add(std::move(tp));
   }
 
