@@ -301,7 +301,9 @@ std::string attribute_text(const ExportArg& a) {
     std::snprintf(buf, sizeof buf, "%.17g", a.reals[0]);
     return buf;
   }
-  if (a.kind == ExportArg::Kind::String) return a.text;
+  if (a.kind == ExportArg::Kind::String && a.text.size() <= 64 &&
+      std::all_of(a.text.begin(), a.text.end(), [](char c) { return c >= 0x20 && c < 0x7f; }))
+    return a.text;
   return "";
 }
 

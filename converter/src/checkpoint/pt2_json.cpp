@@ -35,6 +35,12 @@ std::string printable(std::string_view s, size_t max = 200) {
   return out;
 }
 
+bool has_control(std::string_view s) {
+  for (char c : s)
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) return true;
+  return false;
+}
+
 bool identifier(std::string_view s) {
   if (s.empty() || (s[0] >= '0' && s[0] <= '9')) return false;
   for (char c : s)
@@ -121,6 +127,13 @@ class Field {
     if (!j_->is_string()) fail("expected a string, found " + kind());
     const std::string& s = j_->get_ref<const std::string&>();
     if (s.size() > max) fail("string of " + std::to_string(s.size()) + " bytes (at most " + std::to_string(max) + ")");
+    return s;
+  }
+  // A name (of a value, a tensor, a record, an op): no control characters,
+  // so that every message naming it stays one line.
+  std::string name(size_t max = kMaxExportName) const {
+    std::string s = str(max);
+    if (has_control(s)) fail("a name with a control character ('" + printable(s) + "')");
     return s;
   }
   int64_t integer() const {
@@ -225,7 +238,7 @@ std::string device_text(const Field& f) {
 PayloadEntry payload_entry(const std::string& fqn, const Field& f) {
   PayloadEntry e;
   e.fqn = fqn;
-  e.path_name = f.at("path_name").str();
+  e.path_name = f.at("path_name").name();
   if (auto v = f.get("is_param")) e.is_param = v->boolean();
   if (auto v = f.get("use_pickle")) e.use_pickle = v->boolean();
   auto meta = f.get("tensor_meta");
@@ -306,13 +319,13 @@ void sym_int_entry(const Field& f, ExportArg& a) {
     a.names.emplace_back();
   } else if (key == "as_name") {
     a.ints.push_back(0);
-    a.names.push_back(v.str());
+    a.names.push_back(v.name());
   } else {
     f.fail("expected {\"as_int\": n} or {\"as_name\": s}, found '" + printable(key) + "'");
   }
 }
 
-std::string tensor_name(const Field& f) { return f.at("name").str(); }
+std::string tensor_name(const Field& f) { return f.at("name").name(); }
 
 ExportArg parse_arg(const Field& f) {
   ExportArg a;
@@ -370,7 +383,7 @@ ExportArg parse_arg(const Field& f) {
     auto [k2, v2] = v.one_of();
     if (k2 == "as_name") {
       a.kind = K::SymInt;
-      a.names.push_back(v2.str());
+      a.names.push_back(v2.name());
     } else if (k2 == "as_int") {
       a.kind = K::Int;
       a.ints.push_back(v2.integer());
@@ -465,7 +478,7 @@ void output_names(const Field& f, std::vector<std::string>& out) {
     for (size_t i = 0; i < v.size(); ++i) out.push_back(tensor_name(v[i]));
   } else if (key == "as_sym_int" || key == "as_sym_bool" || key == "as_sym_float") {
     auto [k2, v2] = v.one_of();
-    out.push_back(k2 == "as_name" ? v2.str() : std::string());
+    out.push_back(k2 == "as_name" ? v2.name() : std::string());
   } else if (key == "as_optional_tensors") {
     for (size_t i = 0; i < v.size(); ++i) {
       auto [k2, v2] = v[i].one_of();
@@ -478,14 +491,14 @@ void output_names(const Field& f, std::vector<std::string>& out) {
 
 ExportNode parse_node(const Field& f, size_t index) {
   ExportNode node;
-  const std::string target = f.at("target").str();
+  const std::string target = f.at("target").name();
   node.target = target.compare(0, 10, "torch.ops.") == 0 ? target.substr(10) : target;
   const Field inputs = f.at("inputs");
   if (inputs.size() > kMaxArgs) inputs.fail(std::to_string(inputs.size()) + " arguments (at most " +
                                             std::to_string(kMaxArgs) + ")");
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Field in = inputs[i];
-    const std::string name = in.at("name").str(256);
+    const std::string name = in.at("name").name(256);
     for (const auto& [n, a] : node.args)
       if (n == name) in.fail("argument '" + printable(name) + "' given twice");
     node.args.emplace_back(name, parse_arg(in.at("arg")));
@@ -493,7 +506,7 @@ ExportNode parse_node(const Field& f, size_t index) {
   }
   const Field outputs = f.at("outputs");
   for (size_t i = 0; i < outputs.size(); ++i) output_names(outputs[i], node.outputs);
-  if (auto name = f.get("name")) node.name = name->str();
+  if (auto name = f.get("name")) node.name = name->name();
   if (node.name.empty()) {
     for (const std::string& o : node.outputs)
       if (!o.empty()) {
@@ -503,7 +516,11 @@ ExportNode parse_node(const Field& f, size_t index) {
   }
   if (node.name.empty()) node.name = "#" + std::to_string(index);
   if (auto meta = f.get("metadata")) {
-    if (auto stack = meta->get("nn_module_stack")) read_module_stack(stack->str(size_t{1} << 20), node);
+    if (auto stack = meta->get("nn_module_stack")) {
+      const std::string text = stack->str(size_t{1} << 20);
+      if (has_control(text)) stack->fail("a module stack with a control character");
+      read_module_stack(text, node);
+    }
   }
   if (const AtenSchema* schema = find_aten_schema(node.target)) apply_schema(*schema, f, node);
   return node;
@@ -520,21 +537,21 @@ ExportInput parse_input_spec(const Field& f) {
     if (k2 == "as_tensor") in.name = tensor_name(v2);
     else if (k2 == "as_sym_int") {
       auto [k3, v3] = v2.one_of();
-      if (k3 == "as_name") in.name = v3.str();
+      if (k3 == "as_name") in.name = v3.name();
     }
   } else if (key == "parameter") {
     in.kind = K::Parameter;
     in.name = tensor_name(v.at("arg"));
-    in.target = v.at("parameter_name").str();
+    in.target = v.at("parameter_name").name();
   } else if (key == "buffer") {
     in.kind = K::Buffer;
     in.name = tensor_name(v.at("arg"));
-    in.target = v.at("buffer_name").str();
+    in.target = v.at("buffer_name").name();
     if (auto p = v.get("persistent")) (void)p->boolean();
   } else if (key == "tensor_constant") {
     in.kind = K::TensorConstant;
     in.name = tensor_name(v.at("arg"));
-    in.target = v.at("tensor_constant_name").str();
+    in.target = v.at("tensor_constant_name").name();
   } else if (key == "token") {
     in.kind = K::Token;
     in.name = tensor_name(v.at("arg"));
@@ -565,15 +582,15 @@ ExportOutput parse_output_spec(const Field& f) {
   } else if (key == "buffer_mutation") {
     out.kind = K::BufferMutation;
     out.name = arg_name(v.at("arg"));
-    out.target = v.at("buffer_name").str();
+    out.target = v.at("buffer_name").name();
   } else if (key == "parameter_mutation") {
     out.kind = K::ParameterMutation;
     out.name = arg_name(v.at("arg"));
-    out.target = v.at("parameter_name").str();
+    out.target = v.at("parameter_name").name();
   } else if (key == "user_input_mutation") {
     out.kind = K::UserInputMutation;
     out.name = arg_name(v.at("arg"));
-    if (auto t = v.get("user_input_name")) out.target = t->str();
+    if (auto t = v.get("user_input_name")) out.target = t->name();
   } else {
     out.kind = K::Other;
     out.target = printable(key, 64);
@@ -638,6 +655,7 @@ std::vector<PayloadEntry> parse_payload_config(const uint8_t* data, size_t size,
   std::vector<PayloadEntry> out;
   root.at("config").each_member([&](const std::string& fqn, const Field& f) {
     if (fqn.empty() || fqn.size() > kMaxExportName) f.fail("FQN of " + std::to_string(fqn.size()) + " bytes");
+    if (has_control(fqn)) f.fail("an FQN with a control character");
     out.push_back(payload_entry(fqn, f));
   });
   return out;
@@ -681,7 +699,7 @@ ExportGraph parse_export_graph(const uint8_t* data, size_t size, const std::stri
     else if (key == "as_sym_int" || key == "as_custom_obj") {
       if (key == "as_custom_obj") inputs[i].fail("a custom-object (TorchBind) input: ferry reads no script objects");
       auto [k2, v2] = v.one_of();
-      if (k2 == "as_name") graph_name = v2.str();
+      if (k2 == "as_name") graph_name = v2.name();
     }
     if (graph_name != in.name)
       specs[i].fail("names the value '" + printable(in.name) + "', but graph input " + std::to_string(i) + " is '" +
@@ -710,7 +728,7 @@ ExportGraph parse_export_graph(const uint8_t* data, size_t size, const std::stri
 
   if (auto values = graph.get("tensor_values")) {
     values->each_member([&](const std::string& name, const Field& meta) {
-      if (name.size() > kMaxExportName) meta.fail("value name of " + std::to_string(name.size()) + " bytes");
+      if (name.size() > kMaxExportName || has_control(name)) meta.fail("a value name of " + std::to_string(name.size()) + " bytes or with a control character");
       g.sizes[name] = value_sizes(meta);
     });
   }
