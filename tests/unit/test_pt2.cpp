@@ -554,6 +554,22 @@ TEST(Pt2Chain, ProgramShapeChecks) {
   EXPECT_TRUE(contains(msg, "the program updates the buffer 'bn.running_mean' (exported in training mode)")) << msg;
 }
 
+TEST(Pt2Chain, WalkIsBoundedOnLongGraphs) {
+  // Six thousand transposes in a row: every one copies the chain value it
+  // follows; the walk stops with a refusal instead of going quadratic.
+  GraphWriter g;
+  g.input("x", {2, 3, 4});
+  std::string last = "x";
+  for (int i = 0; i < 6000; ++i) {
+    const std::string out = "t" + std::to_string(i);
+    g.node("aten.transpose.int", {out}, {{"self", arg_tensor(last)}, {"dim0", arg_int(0)}, {"dim1", arg_int(1)}});
+    last = out;
+  }
+  g.output(last);
+  const std::string msg = chain_error(g, {});
+  EXPECT_TRUE(contains(msg, "the graph is too large to read a chain from")) << msg;
+}
+
 // --------------------------------------------------------- graph JSON --
 
 TEST(Pt2Json, SchemaVersionIsChecked) {

@@ -27,7 +27,7 @@
 
 namespace ferry::conv {
 
-constexpr size_t kMaxJsonBytes = size_t{128} << 20;
+constexpr size_t kMaxJsonBytes = size_t{64} << 20;
 constexpr int kMaxJsonDepth = 128;
 
 // One FQN of a payload config.

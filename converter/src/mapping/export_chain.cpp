@@ -239,8 +239,19 @@ class Reader {
     if (i < n.outputs.size() && !n.outputs[i].empty()) vals_[n.outputs[i]] = std::move(v);
   }
 
+  // Every chain value holds its chain and path: copying them is bounded in
+  // total, so that a hostile graph (a million transposes in a row) cannot
+  // make the walk quadratic.
+  void charge(const ExportNode& n, const Val& v) {
+    work_ += v.chain.size() + v.path.size() + 1;
+    if (work_ > kMaxWork)
+      fail(n, "the graph is too large to read a chain from (its chain values hold more than " +
+              std::to_string(kMaxWork) + " elements in all)");
+  }
+
   // `v` with `e` appended (when e is a module or built-in) as output 0 of n.
-  Val extend(const ExportNode& n, const Val& v, const GraphElement* e) const {
+  Val extend(const ExportNode& n, const Val& v, const GraphElement* e) {
+    charge(n, v);
     Val out = v;
     if (e) out.chain.push_back(*e);
     out.path.push_back(n.outputs.empty() ? std::string() : n.outputs[0]);
@@ -441,6 +452,7 @@ class Reader {
     if (t == "aten.rnn_relu.input") e.option = "relu";
     const Val y = extend(n, x, &e);
     set(n, 0, y);
+    charge(n, y);
     Val h = y;
     h.kind = Val::kHidden;
     h.text = module;
@@ -572,6 +584,7 @@ class Reader {
   }
 
   void hidden_last(const ExportNode& n, const Val& h) {
+    charge(n, h);
     if (!h.one_direction)
       fail(n, "h_n[-1] of the bidirectional '" + h.text + "' is its backward direction's state after the whole "
               "sequence, which is not a chain element: take the output sequence instead");
@@ -676,6 +689,7 @@ class Reader {
     for (size_t d = 0; d < longer->dims.size(); ++d)
       if (longer->dims[d] != shorter->dims[d] && role(*longer, d) != role(*shorter, d))
         fail(n, "it adds values whose axes differ, " + axes_text(*longer) + " and " + axes_text(*shorter));
+    charge(n, *longer);
     Val y = *longer;
     GraphElement begin = builtin(OpKind::SkipBegin), end = builtin(OpKind::SkipEnd);
     y.chain.insert(y.chain.begin() + static_cast<long>(len), begin);
@@ -896,6 +910,8 @@ class Reader {
   std::unordered_map<std::string, Val> vals_;
   std::string input_;
   std::vector<Role> roles_;  // the input's dimensions, as the graph has told so far
+  static constexpr size_t kMaxWork = size_t{1} << 24;
+  size_t work_ = 0;
   bool tokens_ = false;
   std::vector<std::string> notes_;
 };
