@@ -554,6 +554,45 @@ TEST(Pt2Chain, ProgramShapeChecks) {
   EXPECT_TRUE(contains(msg, "the program updates the buffer 'bn.running_mean' (exported in training mode)")) << msg;
 }
 
+TEST(Pt2Chain, NormsAndRnnRelu) {
+  // rnn_relu (time-major) > layer_norm > prelu(one slope) > BatchNorm (eval,
+  // the decomposed form's op) on [B, F] after the last step.
+  GraphWriter g;
+  add_rnn_parameters(g, "rnn");
+  g.parameter("p_ln_w", "ln.weight").parameter("p_ln_b", "ln.bias").parameter("p_act", "act.weight");
+  g.parameter("p_bn_w", "bn.weight").parameter("p_bn_b", "bn.bias");
+  g.buffer("b_mean", "bn.running_mean").buffer("b_var", "bn.running_var");
+  g.input("x", {5, 2, 3});
+  g.node("aten.zeros.default", {"zeros"}, {{"size", arg_ints({1, 2, 4})}}, "rnn", "torch.nn.modules.rnn.RNN");
+  g.node("aten.rnn_relu.input", {"rnn", "h_n"}, rnn_args("x", arg_tensor("zeros"), rnn_params("rnn"), false), "rnn",
+         "torch.nn.modules.rnn.RNN");
+  g.node("aten.layer_norm.default", {"ln"}, {{"input", arg_tensor("rnn")}, {"normalized_shape", arg_ints({4})},
+                                            {"weight", arg_tensor("p_ln_w")}, {"bias", arg_tensor("p_ln_b")}},
+         "ln", "torch.nn.modules.normalization.LayerNorm");
+  g.node("aten.prelu.default", {"act"}, {{"self", arg_tensor("ln")}, {"weight", arg_tensor("p_act")}}, "act",
+         "torch.nn.modules.activation.PReLU");
+  g.node("aten.select.int", {"last"}, {{"self", arg_tensor("act")}, {"dim", arg_int(0)}, {"index", arg_int(-1)}});
+  g.node("aten._native_batch_norm_legit_no_training.default", {"bn", "mean", "invstd"},
+         {{"input", arg_tensor("last")}, {"weight", arg_tensor("p_bn_w")}, {"bias", arg_tensor("p_bn_b")},
+          {"running_mean", arg_tensor("b_mean")}, {"running_var", arg_tensor("b_var")}, {"momentum", arg_float(0.1)},
+          {"eps", arg_float(1e-3)}},
+         "bn", "torch.nn.modules.batchnorm.BatchNorm1d");
+  g.output("bn");
+  Shapes t = {{"rnn.weight_ih_l0", {4, 3}}, {"rnn.weight_hh_l0", {4, 4}}, {"rnn.bias_ih_l0", {4}},
+              {"rnn.bias_hh_l0", {4}},      {"ln.weight", {4}},          {"ln.bias", {4}},
+              {"act.weight", {1}},          {"bn.weight", {4}},          {"bn.bias", {4}},
+              {"bn.running_mean", {4}},     {"bn.running_var", {4}}};
+  const ExportChain c = chain_of(g, t);
+  EXPECT_EQ(c.graph, "rnn(relu) > ln > act > last > bn");
+  EXPECT_EQ(c.layout, ExportInputLayout::kTimeMajor);
+  // A PReLU with one slope per channel works on dimension 1: on [T, B, F]
+  // that is the batch axis, which ferry does not run.
+  t[6].second = {4};
+  const std::string msg = chain_error(g, t);
+  EXPECT_TRUE(contains(msg, "node 'act' (aten.prelu.default, module 'act'): it takes dimension 1 of its input [T, B, F] "
+                            "as the feature axis, but it is the batch axis")) << msg;
+}
+
 TEST(Pt2Chain, WalkIsBoundedOnLongGraphs) {
   // Six thousand transposes in a row: every one copies the chain value it
   // follows; the walk stops with a refusal instead of going quadratic.
