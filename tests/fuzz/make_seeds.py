@@ -12,8 +12,9 @@ from tests/fixtures and tests/bad):
                   fixture, and the catalogue's safetensors files)
   seeds/pt2/      for fuzz_pt2: graph JSON, NUL, weights config, NUL, then
                   (u32 length, bytes) per raw storage weight_0, weight_1, ...
-                  (the real torch 2.11 exports of fixtures/torch2_forms, and
-                  the catalogue's .pt2 files in the 2.9+ layout)
+                  (the real torch 2.11 exports of fixtures/torch2_forms, those
+                  of fixtures/pt2, and the catalogue's .pt2 files in the 2.9+
+                  layout)
 
     /usr/bin/python3 tests/fuzz/make_seeds.py
 """
@@ -66,6 +67,8 @@ def main():
 
     forms = os.path.join(HERE, "..", "fixtures", "torch2_forms")
     pt2 = sorted(os.path.join(forms, f) for f in os.listdir(forms) if f.endswith(".pt2"))
+    made = os.path.join(HERE, "..", "fixtures", "pt2")
+    pt2 += sorted(os.path.join(made, f) for f in os.listdir(made) if f.endswith(".pt2"))
     pt2 += sorted(os.path.join(bad, f) for f in os.listdir(bad) if f.endswith(".pt2"))
     for path in pt2:
         with zipfile.ZipFile(path) as z:
