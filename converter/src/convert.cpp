@@ -12,6 +12,7 @@
 #include "error.h"
 #include "io/mapped_file.h"
 #include "io/sha256.h"
+#include "mapping/export_chain.h"
 #include "mapping/graph.h"
 #include "mapping/modules.h"
 #include "mapping/script_chain.h"
@@ -43,6 +44,17 @@ class SourceFd {
   int fd_;
 };
 
+// The planner's layout for the input layout a .pt2 graph records.
+std::optional<Layout> plan_layout(ExportInputLayout layout) {
+  switch (layout) {
+    case ExportInputLayout::kBatchFirst: return Layout::kBatchFirst;
+    case ExportInputLayout::kTimeMajor: return Layout::kTimeMajor;
+    case ExportInputLayout::kChannelsFirst: return Layout::kChannelsFirst;
+    case ExportInputLayout::kNone: break;
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 ConvertResult convert(const ConvertRequest& request) {
@@ -69,9 +81,29 @@ ConvertResult convert(const ConvertRequest& request) {
       }
     }
   }
+  std::vector<std::string> chain_notes;
+  if (checkpoint.export_graph) {
+    // .pt2: the chain and the input layout its graph records. With --graph
+    // the user's chain is used and the weights alone are needed; the layout
+    // is still taken from the graph where it reads.
+    if (!request.graph) {
+      const ExportChain chain = export_chain(checkpoint);
+      plan_options.inferred_graph = chain.graph;
+      plan_options.recorded_layout = plan_layout(chain.layout);
+      chain_notes = chain.notes;
+    } else {
+      try {
+        plan_options.recorded_layout = plan_layout(export_chain(checkpoint).layout);
+      } catch (const Error&) {
+        // The graph does not read (a core-ATen graph, an op ferry does not
+        // run): --graph and the flags say everything.
+      }
+    }
+  }
   plan_options.batch_first = request.batch_first;
   plan_options.layout = request.layout;
   PlanResult planned = plan_conversion(checkpoint, modules, plan_options, file);
+  planned.notes.insert(planned.notes.end(), chain_notes.begin(), chain_notes.end());
   ModelPlan& plan = planned.plan;
   plan.source_file = basename_of(request.input);
   // Hashed on a second core beside the weights, joined once they are written.

@@ -1,7 +1,8 @@
 // ferry inspect FILE [--json]: a checkpoint (its form, tensors, attributes,
-// the modules they make and what is ignored) or a .fb model (its layers,
-// tensors, sizes, provenance, and the backends that run it: backends.h);
-// --json: a .fb model's summary as one JSON object.
+// the modules they make and what is ignored; for a .pt2 the chain read from
+// its graph) or a .fb model (its layers, tensors, sizes, provenance, and the
+// backends that run it: backends.h); --json: a .fb model's summary as one
+// JSON object.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -19,6 +20,7 @@
 #include "ferry/ferry_generated.h"
 #include "io/mapped_file.h"
 #include "io/sha256.h"
+#include "mapping/export_chain.h"
 #include "mapping/modules.h"
 #include "weight_layout.h"
 
@@ -214,6 +216,17 @@ int inspect_checkpoint(const std::string& path, const std::string& key) {
   for (const auto& f : modules.folded) std::printf("folded   %s = %s\n", f->name.c_str(), f->derivation.c_str());
   for (const Module& m : modules.modules) std::printf("module   %-20s %s\n", m.path.c_str(), m.describe().c_str());
   for (const auto& [k, why] : modules.ignored) std::printf("ignored  %s (%s)\n", k.c_str(), why.c_str());
+  if (c.export_graph) {
+    // A .pt2 records the network: the chain `convert` reads from its graph.
+    try {
+      const ExportChain chain = export_chain(c);
+      std::printf("chain    %s  (read from the exported graph; input %s)\n", chain.graph.c_str(),
+                  export_layout_text(chain.layout));
+      for (const std::string& note : chain.notes) std::printf("note     %s\n", note.c_str());
+    } catch (const Error& e) {
+      std::printf("chain    not read: %s\n", e.what());
+    }
+  }
   return 0;
 }
 

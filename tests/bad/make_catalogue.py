@@ -1768,6 +1768,182 @@ def norm_entries():
                            ("fc.weight_g", [2, 1], [2.0, -1.0]), ("fc.weight_v", [3], [0.0, 0.6, 0.8]), bias]),
          "tensor 'fc.weight_v' is a part of two reparametrizations of 'fc.weight'",
          "_orig/_u/_v and _g/_v claim one _v")
+# torch.export archives (.pt2, PYTORCH_FORMAT.md §8): a Linear(3, 2) program
+# in the 2.9+ layout (graph JSON, weights config, raw storages) and in the
+# <= 2.7 layout (root records, nested torch.save), then one defect each.
+
+
+def pt2_tensor(name):
+    return {"as_tensor": {"name": name}}
+
+
+def pt2_meta(sizes, strides=None, offset=0, dtype=7):
+    if strides is None:
+        strides, acc = [], 1
+        for d in reversed(sizes):
+            strides.insert(0, acc)
+            acc *= d
+    return {"dtype": dtype, "sizes": [{"as_int": d} for d in sizes], "requires_grad": False,
+            "device": {"type": "cuda", "index": 0}, "strides": [{"as_int": d} for d in strides],
+            "storage_offset": {"as_int": offset}, "layout": 7}
+
+
+def pt2_node(target, outputs, args, module="", cls=""):
+    stack = "L__self__,,__main__.Net" + (";L__self__%s,%s,%s" % (module, module, cls) if module else "")
+    return {"target": "torch.ops." + target, "name": outputs[0],
+            "inputs": [{"name": n, "arg": a, "kind": 1} for n, a in args],
+            "outputs": [pt2_tensor(o) for o in outputs], "metadata": {"nn_module_stack": stack}}
+
+
+def pt2_graph(nodes=None, output="linear", major=8):
+    """The graph of fc = Linear(3, 2) on x [2, 3]."""
+    if nodes is None:
+        nodes = [pt2_node("aten.linear.default", ["linear"],
+                          [("input", pt2_tensor("x")), ("weight", pt2_tensor("p_fc_weight")),
+                           ("bias", pt2_tensor("p_fc_bias"))], "fc", "torch.nn.modules.linear.Linear")]
+    inputs = ["p_fc_weight", "p_fc_bias", "x"]
+    specs = [{"parameter": {"arg": {"name": "p_fc_weight"}, "parameter_name": "fc.weight"}},
+             {"parameter": {"arg": {"name": "p_fc_bias"}, "parameter_name": "fc.bias"}},
+             {"user_input": {"arg": pt2_tensor("x")}}]
+    return {"graph_module": {
+        "graph": {"inputs": [pt2_tensor(n) for n in inputs], "outputs": [pt2_tensor(output)], "nodes": nodes,
+                  "tensor_values": {"x": pt2_meta([2, 3])}, "sym_int_values": {}, "sym_bool_values": {},
+                  "sym_float_values": {}, "custom_obj_values": {}},
+        "signature": {"input_specs": specs, "output_specs": [{"user_output": {"arg": pt2_tensor(output)}}]},
+        "module_call_graph": []},
+        "schema_version": {"major": major, "minor": 17}, "verifiers": ["TRAINING"], "torch_version": "2.11.0"}
+
+
+def pt2_config(weight=None, bias=None):
+    w = {"path_name": "weight_0", "is_param": True, "use_pickle": False, "tensor_meta": pt2_meta([2, 3])}
+    b = {"path_name": "weight_1", "is_param": True, "use_pickle": False, "tensor_meta": pt2_meta([2])}
+    w.update(weight or {})
+    b.update(bias or {})
+    return {"config": {"fc.weight": w, "fc.bias": b}}
+
+
+def pt2_raw(graph=None, config=None, records=None, constants=None, raw_graph=None, raw_config=None):
+    z = Zip()
+    root = "model/"
+    for name, data in (records if records is not None else [("weight_0", FC_W), ("weight_1", FC_B)]):
+        z.add(root + "data/weights/" + name, data)
+    cfg = raw_config if raw_config is not None else json.dumps(config or pt2_config()).encode()
+    z.add(root + "data/weights/model_weights_config.json", cfg)
+    z.add(root + "data/constants/model_constants_config.json", json.dumps(constants or {"config": {}}).encode())
+    z.add(root + "models/model.json", raw_graph if raw_graph is not None else json.dumps(graph or pt2_graph()).encode())
+    z.add(root + "archive_format", b"pt2")
+    z.add(root + "archive_version", b"0")
+    z.add(root + ".data/version", b"6\n")
+    z.add(root + "byteorder", b"little")
+    return bytes(z.finish()[0])
+
+
+def pt2_legacy(state_dict_pkl):
+    """torch <= 2.7: root-level records, the state dict a nested torch.save zip."""
+    z = Zip()
+    z.add("serialized_exported_program.json", json.dumps(pt2_graph()).encode(), align=False)
+    z.add("serialized_state_dict.pt", bytes(checkpoint(pkl=state_dict_pkl).finish()[0]), align=False)
+    empty = bytes(checkpoint(pkl=b"\x80\x02}.", storages=[]).finish()[0])
+    z.add("serialized_constants.pt", empty, align=False)
+    z.add("serialized_example_inputs.pt", b"never read", align=False)
+    z.add("version", b"8.17", align=False)
+    return bytes(z.finish()[0])
+
+
+def pt2_entries():
+    add("checkpoints/control_pt2.pt2", pt2_raw(), "convert", None,
+        "control: Linear(3, 2) exported by torch.export (2.9+ layout), converted with no flag", ok=True)
+    add("checkpoints/control_pt2_legacy.pt2", pt2_legacy(state_dict_pickle(linear_tensors())), "convert", None,
+        "control: the same program in the torch <= 2.7 layout (root records, nested torch.save)", ok=True)
+    cfg = "record 'model/data/weights/model_weights_config.json': "
+    graph = "record 'model/models/model.json': "
+
+    def meta(**kw):
+        return {"tensor_meta": dict(pt2_meta([2, 3]), **kw)}
+
+    ckpt("pt2_size_wrong_type.pt2", pt2_raw(config=pt2_config(meta(sizes=[{"as_int": "2"}, {"as_int": 3}]))),
+         cfg + "config['fc.weight'].tensor_meta.sizes[0].as_int: expected an integer, found a string",
+         "a size written as a string")
+    ckpt("pt2_size_float_huge.pt2", pt2_raw(config=pt2_config(meta(sizes=[{"as_int": 1e30}, {"as_int": 3}]))),
+         "config['fc.weight'].tensor_meta.sizes[0].as_int: expected an integer, found the number 1e+30",
+         "a size of 1e30")
+    ckpt("pt2_size_beyond_int64.pt2",
+         pt2_raw(config=pt2_config(meta(sizes=[{"as_int": 2 ** 64 - 1}, {"as_int": 3}]))),
+         "sizes[0].as_int: integer 18446744073709551615 out of range", "a size of 2^64 - 1")
+    ckpt("pt2_size_huge.pt2", pt2_raw(config=pt2_config(meta(sizes=[{"as_int": 2 ** 31}, {"as_int": 2 ** 31}],
+                                                             strides=[{"as_int": 0}, {"as_int": 0}]))),
+         cfg + "config['fc.weight'].tensor_meta: too many elements (size [2147483648, 2147483648])",
+         "2^62 elements over zero strides")
+    ckpt("pt2_size_negative.pt2", pt2_raw(config=pt2_config(meta(sizes=[{"as_int": -2}, {"as_int": 3}]))),
+         "config['fc.weight'].tensor_meta: negative size or stride", "size -2")
+    ckpt("pt2_offset_past_storage.pt2", pt2_raw(config=pt2_config(meta(storage_offset={"as_int": 100}))),
+         "config['fc.weight'].tensor_meta: view (offset 100, size [2, 3], stride [3, 1]) reaches past the end of "
+         "its storage of 6 elements", "storage offset 100 in a 6-element storage")
+    shared = [("weight_0", FC_W + FC_B)]
+    ckpt("pt2_shared_storage_overlap.pt2",
+         pt2_raw(config=pt2_config(bias={"path_name": "weight_0", "tensor_meta": pt2_meta([2], offset=5)}),
+                 records=shared),
+         "config['fc.bias'] and config['fc.weight'] overlap in storage 'weight_0' (bytes [0, 24) and [20, 28)) "
+         "without being the same view", "two FQNs of one storage whose views partly overlap")
+    ckpt("pt2_shared_storage_out_of_bounds.pt2",
+         pt2_raw(config=pt2_config(bias={"path_name": "weight_0", "tensor_meta": pt2_meta([2], offset=7)}),
+                 records=shared),
+         "config['fc.bias'].tensor_meta: view (offset 7, size [2], stride [1]) reaches past the end of its storage "
+         "of 8 elements", "the second view of a shared storage runs one element past it")
+    ckpt("pt2_missing_record.pt2", pt2_raw(config=pt2_config({"path_name": "weight_9"})),
+         "config['fc.weight'].path_name: record 'model/data/weights/weight_9' not found",
+         "the config names a record the archive lacks")
+    ckpt("pt2_dotdot_path_name.pt2", pt2_raw(config=pt2_config({"path_name": "../weights/weight_0"})),
+         "config['fc.weight'].path_name: '../weights/weight_0' is not a record name below data/weights/",
+         "path_name climbing out of data/weights/")
+    ckpt("pt2_use_pickle.pt2", pt2_raw(config=pt2_config({"use_pickle": True})),
+         "config['fc.weight'].use_pickle: a pickled tensor ('weight_0'", "a weight stored as a pickle")
+    ckpt("pt2_custom_obj_constant.pt2",
+         pt2_raw(constants={"config": {"obj": {"path_name": "custom_obj_0", "is_param": False, "use_pickle": True}}}),
+         "record 'model/data/constants/model_constants_config.json': config['obj']: a custom object (TorchBind "
+         "script object, 'custom_obj_0')", "a TorchBind object among the constants")
+    ckpt("pt2_dtype_unknown.pt2", pt2_raw(config=pt2_config(meta(dtype=99))),
+         "config['fc.weight'].tensor_meta.dtype: unknown dtype code 99", "ScalarType 99")
+    ckpt("pt2_schema_version_7.pt2", pt2_raw(graph=pt2_graph(major=7)),
+         graph + "schema_version: schema version 7.17: ferry reads the torch.export graph schema 8.x",
+         "an older graph schema")
+    relu = lambda out, src: pt2_node("aten.relu.default", [out], [("self", pt2_tensor(src))])
+    linear = pt2_graph()["graph_module"]["graph"]["nodes"][0]
+    ckpt("pt2_graph_cycle.pt2", pt2_raw(graph=pt2_graph([linear, relu("a", "b"), relu("b", "a")], output="b")),
+         "node 'a' (aten.relu.default, in the top-level module) uses 'b' before node 'b' (aten.relu.default, in the "
+         "top-level module) makes it: the graph has a cycle or is not in topological order",
+         "two nodes that use each other")
+    ckpt("pt2_unknown_input.pt2", pt2_raw(graph=pt2_graph([linear, relu("r", "ghost")], output="r")),
+         "node 'r' (aten.relu.default, in the top-level module) names an unknown input 'ghost'",
+         "a node reading a value nothing makes")
+    ckpt("pt2_value_made_twice.pt2", pt2_raw(graph=pt2_graph([linear, relu("linear", "x")])),
+         "value 'linear' is made twice", "two nodes writing one value")
+    ckpt("pt2_nodes_wrong_type.pt2", pt2_raw(raw_graph=json.dumps(
+        dict(pt2_graph(), graph_module=dict(pt2_graph()["graph_module"],
+                                            graph=dict(pt2_graph()["graph_module"]["graph"], nodes="none")))).encode()),
+         graph + "graph_module.graph.nodes: expected an array, found a string", "nodes is a string")
+    ckpt("pt2_json_deep.pt2", pt2_raw(raw_graph=b"[" * 100000),
+         graph + "JSON nested deeper than 128 levels at byte 128", "100000 nested arrays")
+    ckpt("pt2_json_invalid.pt2", pt2_raw(raw_graph=b'{"schema_version": {"major": 8,'),
+         graph + "not valid JSON", "a graph cut short")
+    ckpt("pt2_config_not_json.pt2", pt2_raw(raw_config=b"config = {}"), cfg + "not valid JSON",
+         "a weights config that is not JSON")
+    ckpt("pt2_signature_param_missing.pt2", pt2_raw(config={"config": {"fc.weight": pt2_config()["config"]["fc.weight"]}},
+                                                    records=[("weight_0", FC_W)]),
+         graph + "graph_module.signature.input_specs[1]: parameter 'fc.bias' (graph input 'p_fc_bias') is not among "
+         "the archive's weights or constants", "the graph's parameter has no weight")
+    cumsum = pt2_node("aten.cumsum.default", ["cumsum"], [("self", pt2_tensor("linear")), ("dim", {"as_int": 1})])
+    ckpt("pt2_op_ferry_does_not_run.pt2", pt2_raw(graph=pt2_graph([linear, cumsum], output="cumsum")),
+         "node 'cumsum' (aten.cumsum.default, in the top-level module): ferry does not run aten.cumsum.default (its "
+         "'self' is on the chain); the layer chain cannot be read from this graph: pass --graph",
+         "an op on the chain that ferry has no layer for")
+    fake = P().proto(2).ordered_dict().mark().str("fc.weight")
+    fake.glob("torch._export.serde.serialize", "_reconstruct_fake_tensor").mark().str("meta").op(b"t").op(b"R")
+    fake.op(b"u").stop()
+    ckpt("pt2_legacy_fake_tensor.pt2", pt2_legacy(bytes(fake.b)),
+         "record 'serialized_state_dict.pt': record 'archive/data.pkl': refused REDUCE of "
+         "'torch._export.serde.serialize._reconstruct_fake_tensor'",
+         "<= 2.7 layout whose nested state dict rebuilds a fake tensor (_reconstruct_fake_tensor)")
 
 
 def main():
@@ -1793,6 +1969,7 @@ def main():
     op_entries()
     dcp_entries()
     norm_entries()
+    pt2_entries()
     with open(os.path.join(HERE, "manifest.json"), "w") as f:
         json.dump(ENTRIES, f, indent=1)
         f.write("\n")

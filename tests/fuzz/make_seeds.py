@@ -10,6 +10,11 @@ from tests/fixtures and tests/bad):
                   byte 2 backend, then float32 values
   seeds/safetensors/  for fuzz_safetensors: header JSON, NUL, data (the
                   fixture, and the catalogue's safetensors files)
+  seeds/pt2/      for fuzz_pt2: graph JSON, NUL, weights config, NUL, then
+                  (u32 length, bytes) per raw storage weight_0, weight_1, ...
+                  (the real torch 2.11 exports of fixtures/torch2_forms, those
+                  of fixtures/pt2, and the catalogue's .pt2 files in the 2.9+
+                  layout)
 
     /usr/bin/python3 tests/fuzz/make_seeds.py
 """
@@ -59,6 +64,26 @@ def main():
         if n > len(raw) - 8:
             continue  # the framing itself is what is wrong: not expressible here
         write("safetensors", os.path.basename(path), raw[8:8 + n] + b"\0" + raw[8 + n:])
+
+    forms = os.path.join(HERE, "..", "fixtures", "torch2_forms")
+    pt2 = sorted(os.path.join(forms, f) for f in os.listdir(forms) if f.endswith(".pt2"))
+    made = os.path.join(HERE, "..", "fixtures", "pt2")
+    pt2 += sorted(os.path.join(made, f) for f in os.listdir(made) if f.endswith(".pt2"))
+    pt2 += sorted(os.path.join(bad, f) for f in os.listdir(bad) if f.endswith(".pt2"))
+    for path in pt2:
+        with zipfile.ZipFile(path) as z:
+            names = z.namelist()
+            root = names[0].split("/")[0] + "/"
+            if root + "models/model.json" not in names or root + "data/weights/model_weights_config.json" not in names:
+                continue  # the <= 2.7 layout: not this framing
+            seed = z.read(root + "models/model.json") + b"\0"
+            seed += z.read(root + "data/weights/model_weights_config.json") + b"\0"
+            i = 0
+            while root + "data/weights/weight_%d" % i in names:
+                data = z.read(root + "data/weights/weight_%d" % i)
+                seed += struct.pack("<I", len(data)) + data
+                i += 1
+        write("pt2", os.path.basename(path)[:-4], seed)
 
     specials = [float("nan"), float("inf"), -float("inf"), 3.4028234663852886e38, -3.4028234663852886e38,
                 1e4, -1e4, 89.0, -89.0, 1e-40, -1e-40, 1.1754943508222875e-38, 0.0, -0.0, 1.0, -1.0]

@@ -22,7 +22,7 @@ root=$PWD
 [ $# -ge 1 ] && [[ "$1" =~ ^[0-9]+$ ]] || { echo "usage: tests/fuzz/run.sh SECONDS [TARGET...]" >&2; exit 2; }
 seconds=$1
 shift
-all_targets=(zip pickle checkpoint legacy safetensors model_load model_run inputs npy dcp)
+all_targets=(zip pickle checkpoint legacy safetensors model_load model_run inputs npy dcp pt2)
 if [ $# -gt 0 ]; then targets=("$@"); else targets=("${all_targets[@]}"); fi
 build=$(realpath -m "${FERRY_FUZZ_BUILD:-build-fuzz}")
 nice_level=${FERRY_FUZZ_NICE:-0}
@@ -63,6 +63,7 @@ copy_seeds safetensors "$root"/tests/fuzz/seeds/safetensors/*
 copy_seeds inputs "$root"/tests/fuzz/seeds/inputs/*
 copy_seeds npy "$fixtures"/*.npy
 copy_seeds dcp "$root"/tests/fixtures/torch2_forms/dcp_*/.metadata "$bad"/checkpoints/dcp_*/.metadata
+copy_seeds pt2 "$root"/tests/fuzz/seeds/pt2/*
 # Models: fixtures converted by this build's CLI (with self-test vectors),
 # and the catalogue's model files.
 mkdir -p "$seeds/models"
@@ -103,11 +104,13 @@ dict_for() {
     checkpoint) cat "$root"/tests/fuzz/dict/{zip,pickle}.dict >"$build/checkpoint.dict"; echo "$build/checkpoint.dict" ;;
     model_load | model_run | inputs) echo "$root/tests/fuzz/dict/model.dict" ;;
     npy) echo "$root/tests/fuzz/dict/npy.dict" ;;
+    pt2) echo "$root/tests/fuzz/dict/pt2.dict" ;;
   esac
 }
 max_len_for() {
   case "$1" in
     zip | checkpoint | model_load | model_run) echo 32768 ;;
+    pt2) echo 131072 ;;  # a graph JSON and its storages
     *) echo 8192 ;;
   esac
 }

@@ -8,6 +8,7 @@
 
 #include "checkpoint/dcp.h"
 #include "checkpoint/legacy.h"
+#include "checkpoint/pt2.h"
 #include "checkpoint/safetensors.h"
 #include "checkpoint/torchscript.h"
 #include "checkpoint/zip_checkpoint.h"
@@ -48,7 +49,13 @@ Checkpoint read_file(const MappedFile& file, const LoadOptions& options) {
   const size_t n = file.size();
   switch (detect_format(d, n)) {
     case Format::Zip: {
-      const ZipReader zip(file.data(), file.size(), path);
+      // Root records are admitted for torch.export's <= 2.7 archives only.
+      ZipOptions zip_options;
+      zip_options.root_records = true;
+      const ZipReader zip(file.data(), file.size(), path, zip_options);
+      if (is_pt2(zip)) return read_pt2(zip, path, options);
+      if (zip.prefix().empty())
+        throw Error(path + ": zip archive: entry '" + zip.entries()[0].full_name + "' is not inside a top-level folder");
       return is_torchscript(zip) ? read_torchscript(zip, path, options) : read_zip_checkpoint(zip, path, options);
     }
     case Format::LegacyPickle:

@@ -4,7 +4,8 @@
 // see pickle.h.
 //
 // load_checkpoint() detects the container from the bytes and hands the file
-// to one reader (zip_checkpoint.h, legacy.h, torchscript.h, safetensors.h);
+// to one reader (zip_checkpoint.h, legacy.h, torchscript.h, safetensors.h,
+// pt2.h);
 // the readers share their internals through reader_internal.h and never call
 // one another. open_checkpoint() takes a path, which may also name a
 // distributed checkpoint directory (dcp.h).
@@ -20,6 +21,8 @@
 #include "io/mapped_file.h"
 
 namespace ferry::conv {
+
+struct ExportGraph;  // checkpoint/export_graph.h
 
 struct Checkpoint {
   // The file or directory it was read from, as given (messages name it).
@@ -45,6 +48,10 @@ struct Checkpoint {
   // TorchScript: the root module's `forward` as its code/ text (never run;
   // mapping/script_chain.h reads a layer chain from it). Empty otherwise.
   std::vector<std::string> script_forward;
+  // torch.export archives (.pt2): the ATen graph the file records, read and
+  // checked (checkpoint/export_graph.h; mapping/export_chain.h reads the
+  // layer chain from it). Null for every other form.
+  std::shared_ptr<const ExportGraph> export_graph;
 };
 
 // The key of hyper-parameter `name` of the module at `module_path` ("" for
@@ -59,12 +66,14 @@ constexpr const char* kClassAttribute = "__class__";
 
 struct LoadOptions {
   std::string key;                  // --key: which entry of a checkpoint dict
+                                    // (of a .pt2: which of its programs)
 };
 
 // Reads the checkpoint in `file`, whichever container the bytes show (never
 // the extension): a torch.save zip (bare state dict, training checkpoint
 // dict, whole pickled module), the legacy pre-1.6 pickle stream (same
-// shapes), a TorchScript archive, or safetensors. Throws Error with a precise
+// shapes), a TorchScript archive, a torch.export archive (.pt2), or
+// safetensors. Throws Error with a precise
 // message (file name, record, tensor, byte offset) on anything malformed or
 // unsupported.
 Checkpoint load_checkpoint(const MappedFile& file, const LoadOptions& options = {});

@@ -15,6 +15,8 @@
 //   legacy.cpp          the pre-1.6 pickle stream (§2)
 //   torchscript.cpp     torch.jit.save archives (§3)
 //   safetensors.cpp     safetensors files (§6)
+//   pt2.cpp             torch.export archives (§8), with pt2_json.cpp (the
+//                       graph JSON and weights configs) and aten_schema.cpp
 //
 // Every reader ends in the same Checkpoint: tensors in state-dict order that
 // view the mapped file, `ignored` entries with a reason, and `attributes`

@@ -97,6 +97,10 @@ std::string ZipReader::describe(const ZipEntry& entry) const {
   return label_ + ": record '" + entry.full_name + "'";
 }
 
+std::string ZipReader::describe(std::string_view name) const {
+  return label_ + ": record '" + (prefix_.empty() ? std::string() : prefix_ + "/") + std::string(name) + "'";
+}
+
 void ZipReader::parse() {
   const std::string where = label_ + ": zip archive: ";
   // [offset, offset + len) lies inside the archive.
@@ -247,15 +251,20 @@ void ZipReader::parse() {
   // --- Prefix: the folder of entry 0, shared by every entry.
   if (entries_.empty()) throw Error(where + "no entries");
   const size_t slash = entries_[0].full_name.find('/');
-  if (slash == std::string::npos)
+  const bool at_root = slash == std::string::npos;
+  if (at_root && !options_.root_records)
     throw Error(where + "entry '" + entries_[0].full_name + "' is not inside a top-level folder");
-  prefix_ = entries_[0].full_name.substr(0, slash);
+  prefix_ = at_root ? std::string() : entries_[0].full_name.substr(0, slash);
   for (size_t i = 0; i < entries_.size(); ++i) {
     ZipEntry& entry = entries_[i];
-    if (entry.full_name.size() <= prefix_.size() + 1 ||
-        entry.full_name.compare(0, prefix_.size() + 1, prefix_ + "/") != 0)
-      throw Error(where + "entry '" + entry.full_name + "' is not under the folder '" + prefix_ + "/'");
-    entry.name = entry.full_name.substr(prefix_.size() + 1);
+    if (at_root) {
+      entry.name = entry.full_name;
+    } else {
+      if (entry.full_name.size() <= prefix_.size() + 1 ||
+          entry.full_name.compare(0, prefix_.size() + 1, prefix_ + "/") != 0)
+        throw Error(where + "entry '" + entry.full_name + "' is not under the folder '" + prefix_ + "/'");
+      entry.name = entry.full_name.substr(prefix_.size() + 1);
+    }
     if (!by_name_.emplace(entry.name, i).second)
       throw Error(where + "duplicate entry '" + entry.full_name + "'");
   }
@@ -299,7 +308,7 @@ ByteSpan ZipReader::stored(const ZipEntry& entry) const {
 
 ByteSpan ZipReader::stored(std::string_view name) const {
   const ZipEntry* entry = find(name);
-  if (!entry) throw Error(label_ + ": record '" + prefix_ + "/" + std::string(name) + "' not found");
+  if (!entry) throw Error(describe(name) + " not found");
   return stored(*entry);
 }
 

@@ -18,6 +18,9 @@
 //   - all entries share one top-level folder, the "prefix" (`archive/`,
 //     `sd/`, ...), taken from entry 0. Records are looked up by their name
 //     *below* that folder ("data.pkl", "data/0"), never by position.
+//     ZipOptions::root_records also admits an archive whose entry 0 has no
+//     folder (torch.export's <= 2.7 archives, written by Python's zipfile):
+//     its prefix is empty and names are the stored names.
 // Sizes always come from the central directory: PyTorch's local headers set
 // flag 0x08 and leave CRC and sizes at 0. The data offset is
 // local_header_offset + 30 + local name length + local extra length, because
@@ -57,6 +60,9 @@ struct ZipEntry {
 struct ZipOptions {
   bool verify_crc = false;           // check CRC-32 when a record is read
   size_t max_entries = size_t{1} << 20;
+  // Admit entries at the root (no top-level folder): prefix() is then empty
+  // when entry 0 has no folder. Off for everything torch.save writes.
+  bool root_records = false;
 };
 
 class ZipReader {
@@ -72,7 +78,8 @@ class ZipReader {
   // True when the bytes start with a local file header (`PK\x03\x04`).
   static bool has_zip_signature(const uint8_t* data, size_t size);
 
-  // The shared top-level folder, without the trailing '/'.
+  // The shared top-level folder, without the trailing '/'; empty for an
+  // archive of root records (ZipOptions::root_records).
   const std::string& prefix() const { return prefix_; }
   const std::string& label() const { return label_; }
 
@@ -98,6 +105,8 @@ class ZipReader {
 
   // "<label>: record '<full name>'", for error messages by callers.
   std::string describe(const ZipEntry& entry) const;
+  // The same for a record named `name` below the prefix, present or not.
+  std::string describe(std::string_view name) const;
 
  private:
   void parse();

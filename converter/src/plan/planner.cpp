@@ -715,11 +715,13 @@ PlanResult plan_conversion(const Checkpoint& checkpoint, const ModuleSet& module
       break;
     }
   }
-  if (options.layout) {
-    plan.batch_first = *options.layout == Layout::kBatchFirst;
-    plan.channels_first = *options.layout == Layout::kChannelsFirst;
-    r.batch_first_source = "--layout";
-    if (recorded && *recorded != plan.batch_first && !plan.channels_first) {
+  std::optional<Layout> layout = options.layout;
+  if (!layout && !options.batch_first && options.recorded_layout) layout = options.recorded_layout;
+  if (layout) {
+    plan.batch_first = *layout == Layout::kBatchFirst;
+    plan.channels_first = *layout == Layout::kChannelsFirst;
+    r.batch_first_source = options.layout ? "--layout" : "recorded in the file (the axes its graph's ops take)";
+    if (options.layout && recorded && *recorded != plan.batch_first && !plan.channels_first) {
       r.notes.push_back(std::string("the file records batch_first=") + (*recorded ? "True" : "False") +
                         "; --layout overrides it");
     }
@@ -740,7 +742,7 @@ PlanResult plan_conversion(const Checkpoint& checkpoint, const ModuleSet& module
 
   PlanBuilder b(plan, source);
   ChainPlanner chain_planner(checkpoint, modules, b, r);
-  chain_planner.run(chain, options.layout.has_value());
+  chain_planner.run(chain, layout.has_value());
   plan.output_size = chain_planner.width();
   plan.output_is_sequence = chain_planner.time_axis() && !chain_planner.collapsed();
   bool implied = plan.channels_first || plan.input_is_tokens;

@@ -24,6 +24,9 @@ struct PlanOptions {
   std::optional<std::string> inferred_graph;  // a chain read from the file (TorchScript forward)
   std::optional<bool> batch_first;       // --batch-first; else the file's record; else false
   std::optional<Layout> layout;          // --layout: batch_first / channels_first, and a time axis
+  // The layout the file records for its input (a .pt2's graph: the axes its
+  // ops take), used where neither --layout nor --batch-first is given.
+  std::optional<Layout> recorded_layout;
 };
 
 struct PlanResult {

@@ -1,0 +1,1006 @@
+// The chain of a torch.export graph: a walk over the nodes in their order
+// (the reader checked it is a topological one), one table row per op ferry
+// reads, tracking for every value whether it is on the chain (computed from
+// the input), a parameter, a zeros state, a recurrent module's final hidden
+// state, or something else, and for chain values which axis is which.
+#include "mapping/export_chain.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <unordered_map>
+
+#include "checkpoint/export_graph.h"
+#include "error.h"
+#include "mapping/graph.h"
+#include "mapping/modules.h"
+
+namespace ferry::conv {
+namespace {
+
+// What an axis of a chain value is.
+enum Role { kB, kT, kF, kT1, kUnknown };  // kT1: a time axis of length 1 (y[:, -1:])
+
+const char* role_name(Role r) {
+  switch (r) {
+    case kB: return "batch";
+    case kT: return "time";
+    case kF: return "feature";
+    case kT1: return "length-1 time";
+    case kUnknown: break;
+  }
+  return "undetermined";
+}
+
+// A chain value's dimension: the input dimension it is (>= 0; its role is
+// what the graph has told of that input dimension so far), or a fixed role.
+constexpr int kFixedB = -1, kFixedT = -2, kFixedF = -3, kFixedT1 = -4;
+
+struct Val {
+  enum Kind { kNone, kChain, kParam, kZeros, kHidden, kSym, kOpaque } kind = kNone;
+  std::vector<GraphElement> chain;  // kChain; kHidden: the chain through its module
+  std::vector<int> dims;            // kChain; kHidden: [B, F] of h_n[-1]
+  std::vector<std::string> path;    // kChain, kHidden: the chain values from the input to this one
+  std::vector<size_t> path_len;     // the chain's length at each
+  std::string text;                 // kParam: the FQN; kOpaque: what made it; kHidden: the module
+  bool one_direction = false;       // kHidden
+  int64_t layers = 0;               // kHidden
+};
+
+bool same_element(const GraphElement& a, const GraphElement& b) {
+  return a.op == b.op && a.module == b.module && a.option == b.option && a.args == b.args;
+}
+
+// Shortest text that reads back as the same double ("0.2", not 0.2000000000000000111).
+std::string number_text(double x) {
+  char buf[40];
+  for (int digits = 1; digits <= 17; ++digits) {
+    std::snprintf(buf, sizeof buf, "%.*g", digits, x);
+    if (std::strtod(buf, nullptr) == x) break;
+  }
+  return buf;
+}
+
+GraphElement builtin(OpKind op) {
+  GraphElement e;
+  e.op = op;
+  return e;
+}
+
+class Reader {
+ public:
+  explicit Reader(const Checkpoint& c) : c_(c), g_(*c.export_graph) {
+    for (const TensorRef& t : c.tensors) tensors_[t.name] = &t;
+  }
+
+  ExportChain run() {
+    check_decomposed();
+    bind_inputs();
+    for (const ExportNode& n : g_.nodes) node(n);
+    const Val& out = output();
+    ExportChain r;
+    r.layout = resolve_layout(out);
+    r.graph = format_graph(out.chain);
+    r.notes = std::move(notes_);
+    return r;
+  }
+
+ private:
+  using Handler = void (Reader::*)(const ExportNode&);
+  struct Rule {
+    const char* target;
+    Handler handle;
+  };
+  static const Rule kRules[];
+  static const Rule* find_rule(const std::string& target);
+
+  // ---------------------------------------------------------------- errors --
+  std::string modules_text() const {
+    std::vector<std::string> seen;
+    std::string s;
+    for (const ExportNode& n : g_.nodes) {
+      if (!n.has_module || n.module_path.empty()) continue;
+      if (std::find(seen.begin(), seen.end(), n.module_path) != seen.end()) continue;
+      seen.push_back(n.module_path);
+      const size_t dot = n.module_class.rfind('.');
+      s += (s.empty() ? "" : ", ") + n.module_path + " (" +
+           (dot == std::string::npos ? n.module_class : n.module_class.substr(dot + 1)) + ")";
+      if (seen.size() >= 16) break;
+    }
+    return s;
+  }
+  std::string advice() const {
+    const std::string m = modules_text();
+    return "the layer chain cannot be read from this graph: pass --graph (and --layout) to convert the weights alone" +
+           (m.empty() ? std::string() : " (the graph's modules: " + m + ")");
+  }
+  [[noreturn]] void fail(const ExportNode& n, const std::string& why) const {
+    throw Error(g_.label + ": " + n.describe() + ": " + why + "; " + advice());
+  }
+  [[noreturn]] void fail(const std::string& why) const { throw Error(g_.label + ": " + why + "; " + advice()); }
+
+  std::string what(const Val& v) const {
+    switch (v.kind) {
+      case Val::kNone: return "nothing ferry follows";
+      case Val::kChain: return "a value computed from the model's input";
+      case Val::kParam: return "the state-dict tensor '" + v.text + "'";
+      case Val::kZeros: return "a zeros tensor";
+      case Val::kHidden: return "the final hidden state of '" + v.text + "'";
+      case Val::kSym: return "a symbolic size";
+      case Val::kOpaque: return "the output of " + v.text;
+    }
+    return "";
+  }
+
+  // ------------------------------------------------- the core-ATen check --
+  // After run_decompositions() an RNN module's nodes are per-step cells
+  // (addmm, sigmoid, tanh, mul, ...) and no fused aten.lstm / gru / rnn op.
+  void check_decomposed() const {
+    struct Seen {
+      const ExportNode* first_compute = nullptr;
+      bool fused = false;
+      std::string cls;
+    };
+    std::map<std::string, Seen> rnn_modules;
+    std::vector<std::string> order;
+    for (const ExportNode& n : g_.nodes) {
+      if (!n.has_module) continue;
+      const std::string& cls = n.module_class;
+      const size_t dot = cls.rfind('.');
+      const std::string leaf = dot == std::string::npos ? cls : cls.substr(dot + 1);
+      if (leaf != "LSTM" && leaf != "GRU" && leaf != "RNN") continue;
+      auto [it, fresh] = rnn_modules.emplace(n.module_path, Seen{});
+      if (fresh) order.push_back(n.module_path);
+      Seen& s = it->second;
+      s.cls = leaf;
+      const std::string& t = n.target;
+      if (t == "aten.lstm.input" || t == "aten.gru.input" || t == "aten.rnn_tanh.input" || t == "aten.rnn_relu.input") {
+        s.fused = true;
+      } else if (!s.first_compute && t != "aten.zeros.default" && t != "aten.full.default" &&
+                 t != "aten.sym_size.int" && t != "aten.zeros_like.default" && t != "aten.new_zeros.default") {
+        s.first_compute = &n;
+      }
+    }
+    for (const std::string& path : order) {
+      const Seen& s = rnn_modules.at(path);
+      if (s.fused || !s.first_compute) continue;
+      std::string lower = s.cls == "RNN" ? "rnn_tanh / rnn_relu" : s.cls == "LSTM" ? "lstm" : "gru";
+      fail(*s.first_compute, "core-ATen graph: the " + s.cls + " is unrolled into per-step cells (the program went "
+           "through run_decompositions()" + (g_.verifiers.empty() ? std::string() : ", dialect " + g_.verifiers[0]) +
+           "); ferry reads the fused aten." + lower + " op that torch.export.export() records: save the program "
+           "before run_decompositions()");
+    }
+  }
+
+  // -------------------------------------------------------------- values --
+  Val& val(const std::string& name) {
+    auto it = vals_.find(name);
+    if (it != vals_.end()) return it->second;
+    // Only the graph's own symbols go unmade (the reader checked every other name).
+    Val& v = vals_[name];
+    v.kind = Val::kSym;
+    return v;
+  }
+
+  void bind_inputs() {
+    std::vector<const ExportInput*> user;
+    for (const ExportInput& in : g_.inputs) {
+      Val v;
+      switch (in.kind) {
+        case ExportInput::Kind::Parameter:
+        case ExportInput::Kind::Buffer:
+          v.kind = Val::kParam;
+          v.text = in.target;
+          break;
+        case ExportInput::Kind::TensorConstant:
+          v.kind = Val::kOpaque;
+          v.text = "the tensor constant '" + in.target + "'";
+          break;
+        case ExportInput::Kind::Token:
+          v.kind = Val::kOpaque;
+          v.text = "an effect token";
+          break;
+        case ExportInput::Kind::ConstantInput:
+          continue;
+        case ExportInput::Kind::UserInput:
+          if (in.name.empty()) continue;  // a constant the export specialised
+          if (!g_.sizes.count(in.name)) {
+            v.kind = Val::kSym;  // a symbolic int input
+            break;
+          }
+          user.push_back(&in);
+          continue;
+      }
+      if (!in.name.empty()) vals_[in.name] = v;
+    }
+    if (user.size() != 1) {
+      std::string names;
+      for (const ExportInput* in : user) names += (names.empty() ? "'" : ", '") + in->name + "'";
+      fail("the program takes " + std::to_string(user.size()) + " tensor inputs" +
+           (names.empty() ? std::string() : " (" + names + ")") + "; ferry runs a chain from one input");
+    }
+    input_ = user[0]->name;
+    const std::vector<int64_t>& sizes = g_.sizes.at(input_);
+    if (sizes.size() != 2 && sizes.size() != 3)
+      fail("the input '" + input_ + "' has " + std::to_string(sizes.size()) +
+           " dimensions; ferry takes [B, F], [B, T, F] / [T, B, F] / [B, F, T], or token ids [B, T]");
+    roles_.assign(sizes.size(), kUnknown);
+    Val x;
+    x.kind = Val::kChain;
+    for (size_t d = 0; d < sizes.size(); ++d) x.dims.push_back(static_cast<int>(d));
+    x.path = {input_};
+    x.path_len = {0};
+    vals_[input_] = x;
+  }
+
+  void set(const ExportNode& n, size_t i, Val v) {
+    if (i < n.outputs.size() && !n.outputs[i].empty()) vals_[n.outputs[i]] = std::move(v);
+  }
+
+  // Every chain value holds its chain and path: copying them is bounded in
+  // total, so that a hostile graph (a million transposes in a row) cannot
+  // make the walk quadratic.
+  void charge(const ExportNode& n, const Val& v) {
+    work_ += v.chain.size() + v.path.size() + 1;
+    if (work_ > kMaxWork)
+      fail(n, "the graph is too large to read a chain from (its chain values hold more than " +
+              std::to_string(kMaxWork) + " elements in all)");
+  }
+
+  // `v` with `e` appended (when e is a module or built-in) as output 0 of n.
+  Val extend(const ExportNode& n, const Val& v, const GraphElement* e) {
+    charge(n, v);
+    Val out = v;
+    if (e) out.chain.push_back(*e);
+    out.path.push_back(n.outputs.empty() ? std::string() : n.outputs[0]);
+    out.path_len.push_back(out.chain.size());
+    return out;
+  }
+
+  const ExportArg& arg(const ExportNode& n, const char* name) const {
+    const ExportArg* a = n.arg(name);
+    if (!a) fail(n, "no argument '" + std::string(name) + "'");
+    return *a;
+  }
+  Val& tensor(const ExportNode& n, const char* name) {
+    const ExportArg& a = arg(n, name);
+    if (a.kind != ExportArg::Kind::Tensor || a.names.size() != 1)
+      fail(n, "argument '" + std::string(name) + "' is " + a.describe() + ", not a tensor");
+    return val(a.names[0]);
+  }
+  const Val& chain_in(const ExportNode& n, const char* name) {
+    const Val& v = tensor(n, name);
+    if (v.kind != Val::kChain) fail(n, "its '" + std::string(name) + "' is " + what(v) + ", not a value of the chain");
+    return v;
+  }
+  int64_t integer(const ExportNode& n, const char* name) const {
+    int64_t v;
+    const ExportArg& a = arg(n, name);
+    if (!a.integer(&v)) fail(n, "argument '" + std::string(name) + "' is " + a.describe() + ", not an integer");
+    return v;
+  }
+  bool flag(const ExportNode& n, const char* name) const {
+    bool v;
+    const ExportArg& a = arg(n, name);
+    if (!a.boolean(&v)) fail(n, "argument '" + std::string(name) + "' is " + a.describe() + ", not a bool");
+    return v;
+  }
+  double number(const ExportNode& n, const char* name) const {
+    double v;
+    const ExportArg& a = arg(n, name);
+    if (!a.number(&v)) fail(n, "argument '" + std::string(name) + "' is " + a.describe() + ", not a number");
+    return v;
+  }
+  bool is_none(const ExportNode& n, const char* name) const { return arg(n, name).kind == ExportArg::Kind::None; }
+
+  // The state-dict tensor passed as `name`, which must be a module's `leaf`
+  // ("weight"): returns the module's path.
+  std::string param(const ExportNode& n, const char* name, const char* leaf) {
+    const Val& v = tensor(n, name);
+    if (v.kind != Val::kParam)
+      fail(n, "its '" + std::string(name) + "' is " + what(v) + ", not a parameter or buffer of the state dict");
+    const std::string& fqn = v.text;
+    const size_t dot = fqn.rfind('.');
+    const std::string module = dot == std::string::npos ? "" : fqn.substr(0, dot);
+    const std::string got = dot == std::string::npos ? fqn : fqn.substr(dot + 1);
+    if (got != leaf) fail(n, "its '" + std::string(name) + "' is '" + fqn + "', not a module's '" + leaf + "'");
+    if (!tensors_.count(fqn)) fail(n, "'" + fqn + "' is not a floating-point tensor of the state dict");
+    return module;
+  }
+  // An optional `leaf` of `module` passed as `name`: absent (None) or that tensor.
+  bool optional_param(const ExportNode& n, const char* name, const char* leaf, const std::string& module) {
+    if (is_none(n, name)) return false;
+    const std::string m = param(n, name, leaf);
+    if (m != module)
+      fail(n, "its '" + std::string(name) + "' belongs to module '" + m + "', its other tensors to '" + module + "'");
+    return true;
+  }
+  GraphElement module_element(const std::string& module) const {
+    GraphElement e;
+    e.module = module.empty() ? std::string(kRootModuleName) : module;
+    return e;
+  }
+
+  // --------------------------------------------------------------- axes --
+  Role role(const Val& v, size_t d) const {
+    const int c = v.dims[d];
+    if (c >= 0) return static_cast<size_t>(c) < roles_.size() ? roles_[c] : kUnknown;
+    return c == kFixedB ? kB : c == kFixedT ? kT : c == kFixedF ? kF : kT1;
+  }
+  std::string axes_text(const Val& v) const {
+    std::string s = "[";
+    for (size_t d = 0; d < v.dims.size(); ++d) {
+      const Role r = role(v, d);
+      s += (d ? ", " : "") + std::string(r == kB ? "B" : r == kT ? "T" : r == kF ? "F" : r == kT1 ? "1" : "?");
+    }
+    return s + "]";
+  }
+  void require(const ExportNode& n, const Val& v, size_t d, Role r) {
+    const Role have = role(v, d);
+    if (have == r) return;
+    if (have == kUnknown && v.dims[d] >= 0) {
+      for (size_t k = 0; k < roles_.size(); ++k)
+        if (roles_[k] == r)
+          fail(n, "it takes dimension " + std::to_string(d) + " of its input " + axes_text(v) + " as the " +
+                  role_name(r) + " axis, which the model's input already has at dimension " + std::to_string(k));
+      roles_[static_cast<size_t>(v.dims[d])] = r;
+      return;
+    }
+    fail(n, "it takes dimension " + std::to_string(d) + " of its input " + axes_text(v) + " as the " + role_name(r) +
+            " axis, but it is the " + role_name(have) + " axis");
+  }
+  size_t dim(const ExportNode& n, int64_t d, size_t rank) const {
+    const int64_t r = static_cast<int64_t>(rank);
+    if (d < -r || d >= r) fail(n, "dimension " + std::to_string(d) + " of a " + std::to_string(rank) + "-dimensional value");
+    return static_cast<size_t>(d < 0 ? d + r : d);
+  }
+
+  // -------------------------------------------------------------- nodes --
+  void node(const ExportNode& n) {
+    if (const Rule* rule = find_rule(n.target)) {
+      (this->*rule->handle)(n);
+      mark_rest(n);
+      return;
+    }
+    // An op ferry does not run: fine off the chain (its outputs are
+    // remembered as made by it), refused on it.
+    for (const auto& [name, a] : n.args) {
+      for (const std::string& v : a.names) {
+        if (v.empty()) continue;
+        const Val& x = val(v);
+        if (x.kind == Val::kChain || x.kind == Val::kHidden)
+          fail(n, "ferry does not run " + n.target + " (its '" + name + "' is on the chain)");
+      }
+    }
+    mark_rest(n);
+  }
+  // Outputs a handler did not set are "made by n".
+  void mark_rest(const ExportNode& n) {
+    for (const std::string& o : n.outputs) {
+      if (o.empty() || vals_.count(o)) continue;
+      Val v;
+      v.kind = Val::kOpaque;
+      v.text = n.describe();
+      vals_[o] = v;
+    }
+  }
+
+  void rnn(const ExportNode& n) {
+    const std::string& t = n.target;
+    const bool lstm = t == "aten.lstm.input";
+    const Val x = chain_in(n, "input");
+    if (x.dims.size() != 3)
+      fail(n, "an input of " + std::to_string(x.dims.size()) + " dimensions; ferry runs batched sequences, [B, T, F] or [T, B, F]");
+    const bool batch_first = flag(n, "batch_first");
+    require(n, x, batch_first ? 0 : 1, kB);
+    require(n, x, batch_first ? 1 : 0, kT);
+    require(n, x, 2, kF);
+    // Initial states: zeros.
+    const ExportArg& hx = arg(n, "hx");
+    const size_t states = lstm ? 2 : 1;
+    if ((lstm && hx.kind != ExportArg::Kind::Tensors) || (!lstm && hx.kind != ExportArg::Kind::Tensor) ||
+        hx.names.size() != states)
+      fail(n, "its initial state 'hx' is " + hx.describe());
+    for (const std::string& h : hx.names) {
+      const Val& v = val(h);
+      if (v.kind != Val::kZeros)
+        fail(n, "its initial state is " + what(v) + ": ferry's recurrent layers start from zeros");
+    }
+    const bool has_biases = flag(n, "has_biases"), bidirectional = flag(n, "bidirectional");
+    const int64_t layers = integer(n, "num_layers");
+    if (layers < 1 || layers > 1024) fail(n, "num_layers " + std::to_string(layers));
+    if (flag(n, "train") && number(n, "dropout") > 0)
+      fail(n, "exported in training mode (train=True with dropout " + number_text(number(n, "dropout")) +
+              "): call model.eval() before torch.export.export");
+    // params: every one of the module's tensors, in PyTorch's order.
+    const ExportArg& params = arg(n, "params");
+    if (params.kind != ExportArg::Kind::Tensors || params.names.empty()) fail(n, "its params are " + params.describe());
+    std::vector<std::string> fqns;
+    for (const std::string& p : params.names) {
+      const Val& v = val(p);
+      if (v.kind != Val::kParam) fail(n, "a params entry is " + what(v) + ", not a tensor of the state dict");
+      fqns.push_back(v.text);
+    }
+    const size_t dot = fqns[0].rfind('.');
+    const std::string module = dot == std::string::npos ? "" : fqns[0].substr(0, dot);
+    const size_t directions = bidirectional ? 2 : 1;
+    const size_t cells = static_cast<size_t>(layers) * directions;
+    const size_t per = fqns.size() / cells;
+    const size_t plain = has_biases ? 4 : 2;
+    if (fqns.size() % cells != 0 || (per != plain && !(lstm && per == plain + 1)))
+      fail(n, std::to_string(fqns.size()) + " params for " + std::to_string(layers) + " layer(s), " +
+              std::to_string(directions) + " direction(s)" + (has_biases ? " with biases" : " without biases"));
+    size_t i = 0;
+    for (int64_t l = 0; l < layers; ++l) {
+      for (size_t d = 0; d < directions; ++d) {
+        const std::string sfx = "_l" + std::to_string(l) + (d ? "_reverse" : "");
+        std::vector<std::string> names = {"weight_ih" + sfx, "weight_hh" + sfx};
+        if (has_biases) names.insert(names.end(), {"bias_ih" + sfx, "bias_hh" + sfx});
+        if (per == plain + 1) names.push_back("weight_hr" + sfx);
+        for (const std::string& leaf : names) {
+          const std::string want = module.empty() ? leaf : module + "." + leaf;
+          if (fqns[i] != want)
+            fail(n, "params[" + std::to_string(i) + "] is '" + fqns[i] + "', where PyTorch's order has '" + want + "'");
+          if (!tensors_.count(fqns[i])) fail(n, "'" + fqns[i] + "' is not a floating-point tensor of the state dict");
+          ++i;
+        }
+      }
+    }
+    GraphElement e = module_element(module);
+    if (t == "aten.rnn_relu.input") e.option = "relu";
+    const Val y = extend(n, x, &e);
+    set(n, 0, y);
+    charge(n, y);
+    Val h = y;
+    h.kind = Val::kHidden;
+    h.text = module;
+    h.one_direction = !bidirectional;
+    h.layers = layers;
+    h.dims = {x.dims[batch_first ? 0 : 1], x.dims[2]};
+    set(n, 1, h);
+    if (lstm) {
+      Val c;
+      c.kind = Val::kOpaque;
+      c.text = "the cell state c_n of '" + module + "'";
+      set(n, 2, c);
+    }
+  }
+
+  void linear(const ExportNode& n) {
+    const Val x = chain_in(n, "input");
+    require(n, x, x.dims.size() - 1, kF);
+    const std::string m = param(n, "weight", "weight");
+    if (!optional_param(n, "bias", "bias", m) && tensors_.count(m.empty() ? "bias" : m + ".bias"))
+      fail(n, "it runs '" + m + "' without the bias the state dict holds for it");
+    const GraphElement e = module_element(m);
+    set(n, 0, extend(n, x, &e));
+  }
+
+  void conv(const ExportNode& n) {
+    const Val x = chain_in(n, "input");
+    if (x.dims.size() != 3) fail(n, "an input of " + std::to_string(x.dims.size()) + " dimensions; ferry's Conv1d takes [B, C, T]");
+    if (n.target == "aten.convolution.default" && flag(n, "transposed")) fail(n, "a transposed convolution");
+    require(n, x, 0, kB);
+    require(n, x, 1, kF);
+    require(n, x, 2, kT);
+    const std::string m = param(n, "weight", "weight");
+    const TensorRef* w = tensors_.at(m.empty() ? "weight" : m + ".weight");
+    if (w->shape.size() != 3)
+      fail(n, "a " + std::to_string(w->shape.size() >= 2 ? w->shape.size() - 2 : 0) + "-D convolution; ferry runs Conv1d");
+    optional_param(n, "bias", "bias", m);
+    const GraphElement e = module_element(m);
+    set(n, 0, extend(n, x, &e));
+  }
+
+  void batch_norm(const ExportNode& n) {
+    if (n.target == "aten.batch_norm.default" && flag(n, "training"))
+      fail(n, "BatchNorm in training mode (batch statistics): call model.eval() before torch.export.export");
+    const Val x = chain_in(n, "input");
+    if (x.dims.size() != 2 && x.dims.size() != 3)
+      fail(n, "an input of " + std::to_string(x.dims.size()) + " dimensions; BatchNorm1d takes [B, C] or [B, C, T]");
+    require(n, x, 0, kB);
+    require(n, x, 1, kF);
+    if (x.dims.size() == 3) require(n, x, 2, kT);
+    const std::string m = param(n, "running_mean", "running_mean");
+    if (is_none(n, "running_var")) fail(n, "no running_var");
+    if (param(n, "running_var", "running_var") != m) fail(n, "its running_mean and running_var belong to different modules");
+    optional_param(n, "weight", "weight", m);
+    optional_param(n, "bias", "bias", m);
+    const GraphElement e = module_element(m);
+    set(n, 0, extend(n, x, &e));
+  }
+
+  void layer_norm(const ExportNode& n) {
+    const Val x = chain_in(n, "input");
+    std::vector<int64_t> shape;
+    if (!arg(n, "normalized_shape").integers(&shape) || shape.size() != 1)
+      fail(n, "it normalizes over " + arg(n, "normalized_shape").describe() + "; ferry's LayerNorm normalizes the features alone");
+    require(n, x, x.dims.size() - 1, kF);
+    std::string m;
+    if (!is_none(n, "weight")) m = param(n, "weight", "weight");
+    else if (!is_none(n, "bias")) m = param(n, "bias", "bias");
+    else fail(n, "a LayerNorm without weight and bias (elementwise_affine=False) is no module of the state dict");
+    optional_param(n, "weight", "weight", m);
+    optional_param(n, "bias", "bias", m);
+    const GraphElement e = module_element(m);
+    set(n, 0, extend(n, x, &e));
+  }
+
+  void prelu(const ExportNode& n) {
+    const Val x = chain_in(n, "self");
+    const std::string m = param(n, "weight", "weight");
+    const TensorRef* w = tensors_.at(m.empty() ? "weight" : m + ".weight");
+    if (w->numel() > 1) {
+      if (x.dims.size() < 2) fail(n, "a PReLU with one slope per channel over a 1-dimensional value");
+      require(n, x, 1, kF);  // PyTorch's channel axis is dimension 1
+    }
+    const GraphElement e = module_element(m);
+    set(n, 0, extend(n, x, &e));
+  }
+
+  void embedding(const ExportNode& n) {
+    const Val& ids = tensor(n, "indices");
+    if (ids.kind != Val::kChain || !ids.chain.empty())
+      fail(n, "an Embedding whose indices are " + (ids.kind == Val::kChain ? std::string("computed") : what(ids)) +
+              ": ferry runs an Embedding only as the first layer, on the model's input");
+    if (ids.dims.size() != 2) fail(n, "token ids of " + std::to_string(ids.dims.size()) + " dimensions; ferry takes [B, T] or [T, B]");
+    const std::string m = param(n, "weight", "weight");
+    tokens_ = true;
+    const GraphElement e = module_element(m);
+    Val y = extend(n, ids, &e);
+    y.dims.push_back(kFixedF);
+    set(n, 0, y);
+  }
+
+  // y[:, -1] -> last; h_n[-1] -> last; a length-1 time axis dropped.
+  void select(const ExportNode& n) {
+    const Val& v = tensor(n, "self");
+    const int64_t index = integer(n, "index");
+    if (v.kind == Val::kHidden) {
+      if (dim(n, integer(n, "dim"), 3) != 0 || index != -1)
+        fail(n, "selects index " + std::to_string(index) + " of the final hidden state of '" + v.text +
+                "'; ferry reads h_n[-1], the last layer's");
+      hidden_last(n, v);
+      return;
+    }
+    if (v.kind != Val::kChain) fail(n, "it selects from " + what(v));
+    const size_t d = dim(n, integer(n, "dim"), v.dims.size());
+    if (role(v, d) == kT1) {
+      if (index != 0 && index != -1) fail(n, "index " + std::to_string(index) + " of a length-1 axis");
+      Val y = extend(n, v, nullptr);
+      y.dims.erase(y.dims.begin() + static_cast<long>(d));
+      set(n, 0, y);
+      return;
+    }
+    require(n, v, d, kT);
+    if (index != -1)
+      fail(n, "it selects step " + std::to_string(index) + " of the time axis; ferry reads the last step (index -1)");
+    const GraphElement e = builtin(OpKind::Last);
+    Val y = extend(n, v, &e);
+    y.dims.erase(y.dims.begin() + static_cast<long>(d));
+    set(n, 0, y);
+  }
+
+  void hidden_last(const ExportNode& n, const Val& h) {
+    charge(n, h);
+    if (!h.one_direction)
+      fail(n, "h_n[-1] of the bidirectional '" + h.text + "' is its backward direction's state after the whole "
+              "sequence, which is not a chain element: take the output sequence instead");
+    Val y = h;
+    y.kind = Val::kChain;
+    y.chain.push_back(builtin(OpKind::Last));
+    y.path.push_back(n.outputs.empty() ? std::string() : n.outputs[0]);
+    y.path_len.push_back(y.chain.size());
+    set(n, 0, y);
+  }
+
+  void slice(const ExportNode& n) {
+    const Val& v = chain_in(n, "self");
+    const size_t d = dim(n, integer(n, "dim"), v.dims.size());
+    constexpr int64_t kToEnd = int64_t{1} << 62;
+    const int64_t start = is_none(n, "start") ? 0 : integer(n, "start");
+    const bool to_end = is_none(n, "end") || integer(n, "end") >= kToEnd;
+    if (integer(n, "step") != 1) fail(n, "a slice with step " + std::to_string(integer(n, "step")));
+    if (start == 0 && to_end) {
+      set(n, 0, extend(n, v, nullptr));  // the whole axis: x[:, ...]
+      return;
+    }
+    if (start == -1 && to_end) {
+      require(n, v, d, kT);
+      const GraphElement e = builtin(OpKind::Last);
+      Val y = extend(n, v, &e);
+      y.dims[d] = kFixedT1;
+      set(n, 0, y);
+      return;
+    }
+    fail(n, "a slice of the " + std::string(role_name(role(v, d))) + " axis other than the last step");
+  }
+
+  void squeeze(const ExportNode& n) {
+    const Val& v = tensor(n, "self");
+    std::vector<int64_t> dims;
+    if (!arg(n, "dim").integers(&dims)) fail(n, "argument 'dim' is " + arg(n, "dim").describe());
+    if (v.kind == Val::kHidden) {
+      if (dims.size() != 1 || dim(n, dims[0], 3) != 0 || v.layers != 1)
+        fail(n, "it squeezes the final hidden state of '" + v.text + "' other than h_n.squeeze(0) of one layer");
+      hidden_last(n, v);
+      return;
+    }
+    if (v.kind != Val::kChain) fail(n, "it squeezes " + what(v));
+    Val y = extend(n, v, nullptr);
+    std::vector<size_t> drop;
+    for (int64_t d : dims) drop.push_back(dim(n, d, v.dims.size()));
+    std::sort(drop.rbegin(), drop.rend());
+    for (size_t d : drop) {
+      if (role(v, d) != kT1) fail(n, "it squeezes the " + std::string(role_name(role(v, d))) + " axis");
+      y.dims.erase(y.dims.begin() + static_cast<long>(d));
+    }
+    set(n, 0, y);
+  }
+
+  void reduce(const ExportNode& n) {
+    const Val& v = chain_in(n, "self");
+    const bool mean = n.target == "aten.mean.dim";
+    std::vector<int64_t> dims;
+    if (!arg(n, "dim").integers(&dims) || dims.size() != 1)
+      fail(n, "it reduces over " + arg(n, "dim").describe() + "; ferry pools over the time axis alone");
+    if (mean && !is_none(n, "dtype")) fail(n, "a mean with a dtype");
+    const size_t d = dim(n, dims[0], v.dims.size());
+    require(n, v, d, kT);
+    const GraphElement e = builtin(mean ? OpKind::Mean : OpKind::Max);
+    Val y = extend(n, v, &e);
+    if (flag(n, "keepdim")) y.dims[d] = kFixedT1;
+    else y.dims.erase(y.dims.begin() + static_cast<long>(d));
+    set(n, 0, y);
+  }
+
+  // y + x, x an earlier value of y's chain: a residual skip.
+  void add(const ExportNode& n) {
+    const Val& a = tensor(n, "self");
+    const Val& b = tensor(n, "other");
+    if (a.kind != Val::kChain || b.kind != Val::kChain)
+      fail(n, "it adds " + what(a.kind != Val::kChain ? a : b) + "; ferry adds only an earlier value of the chain (a residual skip)");
+    if (number(n, "alpha") != 1) fail(n, "an add with alpha " + number_text(number(n, "alpha")));
+    auto position = [](const Val& longer, const Val& shorter) -> long {
+      const std::string& name = shorter.path.back();
+      for (size_t i = 0; i + 1 < longer.path.size(); ++i)
+        if (longer.path[i] == name) return static_cast<long>(i);
+      return -1;
+    };
+    const Val* longer = &a;
+    const Val* shorter = &b;
+    long at = position(a, b);
+    if (at < 0) {
+      std::swap(longer, shorter);
+      at = position(b, a);
+    }
+    if (at < 0)
+      fail(n, "it adds two values that do not lie on one path from the input (two branches); ferry runs one chain, "
+              "with residual skips around parts of it");
+    const size_t len = longer->path_len[static_cast<size_t>(at)];
+    if (len != shorter->chain.size() || len >= longer->chain.size() ||
+        !std::equal(shorter->chain.begin(), shorter->chain.end(), longer->chain.begin(), same_element))
+      fail(n, "a residual skip that crosses another one, or that skips no layer");
+    if (longer->dims.size() != shorter->dims.size())
+      fail(n, "it adds values of " + std::to_string(longer->dims.size()) + " and " +
+              std::to_string(shorter->dims.size()) + " dimensions");
+    for (size_t d = 0; d < longer->dims.size(); ++d)
+      if (longer->dims[d] != shorter->dims[d] && role(*longer, d) != role(*shorter, d))
+        fail(n, "it adds values whose axes differ, " + axes_text(*longer) + " and " + axes_text(*shorter));
+    charge(n, *longer);
+    Val y = *longer;
+    GraphElement begin = builtin(OpKind::SkipBegin), end = builtin(OpKind::SkipEnd);
+    y.chain.insert(y.chain.begin() + static_cast<long>(len), begin);
+    y.chain.push_back(end);
+    // Values inside the skip can no longer be skipped to: their chains are
+    // no prefix of the new one (the check above refuses them).
+    y.path.push_back(n.outputs.empty() ? std::string() : n.outputs[0]);
+    y.path_len.push_back(y.chain.size());
+    set(n, 0, y);
+  }
+
+  void activation(const ExportNode& n) {
+    const Val& v = chain_in(n, "self");
+    std::string t = n.target.substr(5);            // "relu_.default"
+    t = t.substr(0, t.find('.'));                  // "relu_"
+    if (!t.empty() && t.back() == '_') t.pop_back();  // in place: the same function
+    GraphElement e;
+    if (t == "relu") e.op = OpKind::ReLU;
+    else if (t == "tanh") e.op = OpKind::Tanh;
+    else if (t == "sigmoid") e.op = OpKind::Sigmoid;
+    else if (t == "silu") e.op = OpKind::SiLU;
+    else if (t == "relu6") e.op = OpKind::ReLU6;
+    else if (t == "gelu") {
+      e.op = OpKind::GELU;
+      const ExportArg& approximate = arg(n, "approximate");
+      if (approximate.kind != ExportArg::Kind::String || (approximate.text != "none" && approximate.text != "tanh"))
+        fail(n, "approximate=" + approximate.describe());
+      if (approximate.text == "tanh") e.option = "tanh";
+    } else if (t == "elu") {
+      e.op = OpKind::ELU;
+      if (number(n, "scale") != 1 || number(n, "input_scale") != 1)
+        fail(n, "an ELU with scale or input_scale (SELU / CELU): ferry runs ELU(alpha)");
+      e.args["alpha"] = number_text(number(n, "alpha"));
+    } else if (t == "leaky_relu") {
+      e.op = OpKind::LeakyReLU;
+      e.args["slope"] = number_text(number(n, "negative_slope"));
+    } else if (t == "hardtanh") {
+      const double lo = number(n, "min_val"), hi = number(n, "max_val");
+      if (lo == 0 && hi == 6) {
+        e.op = OpKind::ReLU6;
+      } else {
+        e.op = OpKind::Hardtanh;
+        e.args["min"] = number_text(lo);
+        e.args["max"] = number_text(hi);
+      }
+    } else {
+      fail(n, "internal: no activation for " + n.target);
+    }
+    for (const auto& [k, value] : e.args)
+      if (!std::isfinite(std::strtod(value.c_str(), nullptr))) fail(n, k + "=" + value + " is not finite");
+    set(n, 0, extend(n, v, &e));
+  }
+
+  void softmax(const ExportNode& n) {
+    const Val& v = chain_in(n, "self");
+    const bool log = n.target.find("log_softmax") != std::string::npos;
+    if (n.arg("dtype") && !is_none(n, "dtype")) fail(n, "a softmax with a dtype");
+    if (n.arg("half_to_float") && flag(n, "half_to_float")) fail(n, "a softmax with half_to_float");
+    require(n, v, dim(n, integer(n, "dim"), v.dims.size()), kF);
+    const GraphElement e = builtin(log ? OpKind::LogSoftmax : OpKind::Softmax);
+    set(n, 0, extend(n, v, &e));
+  }
+
+  void dropout(const ExportNode& n) {
+    const Val& v = chain_in(n, "input");
+    if (flag(n, "train") && number(n, "p") > 0)
+      fail(n, "dropout in training mode (p " + number_text(number(n, "p")) + "): call model.eval() before torch.export.export");
+    const GraphElement e = builtin(OpKind::Dropout);
+    set(n, 0, extend(n, v, &e));
+  }
+
+  void transpose(const ExportNode& n) {
+    const Val& v = chain_in(n, "self");
+    const size_t a = dim(n, integer(n, "dim0"), v.dims.size()), b = dim(n, integer(n, "dim1"), v.dims.size());
+    Val y = extend(n, v, nullptr);
+    std::swap(y.dims[a], y.dims[b]);
+    set(n, 0, y);
+  }
+
+  void permute(const ExportNode& n) {
+    const Val& v = chain_in(n, "self");
+    std::vector<int64_t> order;
+    if (!arg(n, "dims").integers(&order) || order.size() != v.dims.size())
+      fail(n, "dims " + arg(n, "dims").describe() + " for a " + std::to_string(v.dims.size()) + "-dimensional value");
+    Val y = extend(n, v, nullptr);
+    std::vector<bool> used(v.dims.size(), false);
+    for (size_t i = 0; i < order.size(); ++i) {
+      const size_t d = dim(n, order[i], v.dims.size());
+      if (used[d]) fail(n, "dims " + arg(n, "dims").describe() + " is not a permutation");
+      used[d] = true;
+      y.dims[i] = v.dims[d];
+    }
+    set(n, 0, y);
+  }
+
+  void identity(const ExportNode& n) {
+    const Val& v = tensor(n, "self");
+    set(n, 0, v.kind == Val::kChain ? extend(n, v, nullptr) : v);
+  }
+
+  void zeros(const ExportNode& n) {
+    Val v;
+    v.kind = Val::kZeros;
+    if (n.target == "aten.full.default") {
+      double fill = 0;
+      if (!arg(n, "fill_value").number(&fill) || fill != 0) {
+        v.kind = Val::kOpaque;
+        v.text = n.describe();
+      }
+    }
+    set(n, 0, v);
+  }
+
+  void symbolic(const ExportNode& n) {
+    Val v;
+    v.kind = Val::kSym;
+    set(n, 0, v);
+  }
+
+  void check_only(const ExportNode&) {}  // runtime asserts: nothing to run
+
+  // ------------------------------------------------------------- output --
+  const Val& output() {
+    const Val* result = nullptr;
+    for (const ExportOutput& o : g_.outputs) {
+      switch (o.kind) {
+        case ExportOutput::Kind::UserOutput: {
+          if (result) fail("the program returns more than one value; ferry runs a chain with one output");
+          if (o.name.empty()) fail("the program returns a value that is not a tensor");
+          result = &val(o.name);
+          break;
+        }
+        case ExportOutput::Kind::BufferMutation:
+          fail("the program updates the buffer '" + o.target +
+               "' (exported in training mode): call model.eval() before torch.export.export");
+        case ExportOutput::Kind::ParameterMutation:
+          fail("the program updates the parameter '" + o.target + "'");
+        case ExportOutput::Kind::UserInputMutation:
+          fail("the program writes into its input '" + o.target + "'");
+        case ExportOutput::Kind::Other:
+          fail("the program has a '" + o.target + "' output (a training program)");
+      }
+    }
+    if (!result) fail("the program returns nothing");
+    if (result->kind != Val::kChain) fail("the program returns " + what(*result) + ", not a value of the chain");
+    if (result->chain.empty()) fail("the program returns its input");
+    return *result;
+  }
+
+  ExportInputLayout resolve_layout(const Val& out) {
+    // What the graph left open: ops that work per step do not tell the batch
+    // axis from the time axis. The features are taken last where nothing
+    // says otherwise, then the open dimensions get the missing roles in the
+    // order PyTorch's layers put them: batch first, then time.
+    const size_t rank = roles_.size();
+    auto has = [&](Role r) { return std::find(roles_.begin(), roles_.end(), r) != roles_.end(); };
+    if (!tokens_ && rank == 3 && !has(kF) && roles_[rank - 1] == kUnknown) roles_[rank - 1] = kF;
+    std::vector<Role> missing(1, kB);
+    missing.push_back(tokens_ || rank == 3 ? kT : kF);
+    if (!tokens_ && rank == 3) missing.push_back(kF);
+    missing.erase(std::remove_if(missing.begin(), missing.end(), has), missing.end());
+    size_t open = 0;
+    for (Role& r : roles_) {
+      if (r != kUnknown) continue;
+      if (open < missing.size()) r = missing[open];
+      ++open;
+    }
+    const std::vector<Role> in = roles_;
+    auto text = [](const std::vector<Role>& v) {
+      std::string s;
+      for (Role r : v) s += (s.empty() ? "" : ", ") + std::string(role_name(r));
+      return "[" + s + "]";
+    };
+    if (open > 1 && !(rank == 2 && !tokens_))
+      notes_.push_back("nothing in the graph tells the batch axis from the time axis (every op works per step): "
+                       "taking the input as " + text(in));
+    output_axes(out, in);
+    if (tokens_) {
+      if (in == std::vector<Role>{kB, kT}) return ExportInputLayout::kBatchFirst;
+      if (in == std::vector<Role>{kT, kB}) return ExportInputLayout::kTimeMajor;
+    } else if (rank == 2) {
+      if (in == std::vector<Role>{kB, kF}) return ExportInputLayout::kNone;
+    } else {
+      if (in == std::vector<Role>{kB, kT, kF}) return ExportInputLayout::kBatchFirst;
+      if (in == std::vector<Role>{kT, kB, kF}) return ExportInputLayout::kTimeMajor;
+      if (in == std::vector<Role>{kB, kF, kT}) return ExportInputLayout::kChannelsFirst;
+    }
+    fail("the graph takes its input's axes as " + text(in) + "; ferry takes " +
+         (tokens_ ? "token ids [B, T] or [T, B]" : rank == 2 ? "[B, F]" : "[B, T, F], [T, B, F] or [B, F, T]"));
+  }
+
+  // The output's axes: [B, F] once the time axis is gone, else the input's
+  // own layout (ferry's sequence output keeps it).
+  void output_axes(const Val& out, const std::vector<Role>& input) {
+    std::vector<Role> got;
+    bool unit = false;
+    for (size_t d = 0; d < out.dims.size(); ++d) {
+      const Role r = role(out, d);
+      if (r == kT1) unit = true;
+      else got.push_back(r);
+    }
+    if (unit) notes_.push_back("the graph's output keeps a time axis of length 1; ferry's output drops it");
+    std::vector<Role> want = input;
+    if (tokens_) want.push_back(kF);
+    const bool pooled = got == std::vector<Role>{kB, kF};
+    if (!pooled && got != want) {
+      std::string g, w;
+      for (Role r : got) g += (g.empty() ? "" : ", ") + std::string(role_name(r));
+      for (Role r : want) w += (w.empty() ? "" : ", ") + std::string(role_name(r));
+      fail("the graph returns [" + g + "]; ferry's output is [batch, feature], or a sequence in the input's own "
+           "layout [" + w + "]");
+    }
+  }
+
+  const Checkpoint& c_;
+  const ExportGraph& g_;
+  std::unordered_map<std::string, const TensorRef*> tensors_;
+  std::unordered_map<std::string, Val> vals_;
+  std::string input_;
+  std::vector<Role> roles_;  // the input's dimensions, as the graph has told so far
+  static constexpr size_t kMaxWork = size_t{1} << 24;
+  size_t work_ = 0;
+  bool tokens_ = false;
+  std::vector<std::string> notes_;
+};
+
+const Reader::Rule Reader::kRules[] = {
+    {"aten.lstm.input", &Reader::rnn},
+    {"aten.gru.input", &Reader::rnn},
+    {"aten.rnn_tanh.input", &Reader::rnn},
+    {"aten.rnn_relu.input", &Reader::rnn},
+    {"aten.linear.default", &Reader::linear},
+    {"aten.conv1d.default", &Reader::conv},
+    {"aten.conv1d.padding", &Reader::conv},
+    {"aten.convolution.default", &Reader::conv},
+    {"aten.batch_norm.default", &Reader::batch_norm},
+    {"aten._native_batch_norm_legit_no_training.default", &Reader::batch_norm},
+    {"aten.layer_norm.default", &Reader::layer_norm},
+    {"aten.native_layer_norm.default", &Reader::layer_norm},
+    {"aten.prelu.default", &Reader::prelu},
+    {"aten._prelu_kernel.default", &Reader::prelu},
+    {"aten.embedding.default", &Reader::embedding},
+    {"aten.select.int", &Reader::select},
+    {"aten.slice.Tensor", &Reader::slice},
+    {"aten.squeeze.dim", &Reader::squeeze},
+    {"aten.squeeze.dims", &Reader::squeeze},
+    {"aten.mean.dim", &Reader::reduce},
+    {"aten.amax.default", &Reader::reduce},
+    {"aten.max.dim", &Reader::reduce},
+    {"aten.add.Tensor", &Reader::add},
+    {"aten.relu.default", &Reader::activation},
+    {"aten.relu_.default", &Reader::activation},
+    {"aten.tanh.default", &Reader::activation},
+    {"aten.tanh_.default", &Reader::activation},
+    {"aten.sigmoid.default", &Reader::activation},
+    {"aten.sigmoid_.default", &Reader::activation},
+    {"aten.silu.default", &Reader::activation},
+    {"aten.silu_.default", &Reader::activation},
+    {"aten.relu6.default", &Reader::activation},
+    {"aten.gelu.default", &Reader::activation},
+    {"aten.gelu_.default", &Reader::activation},
+    {"aten.elu.default", &Reader::activation},
+    {"aten.elu_.default", &Reader::activation},
+    {"aten.leaky_relu.default", &Reader::activation},
+    {"aten.leaky_relu_.default", &Reader::activation},
+    {"aten.hardtanh.default", &Reader::activation},
+    {"aten.hardtanh_.default", &Reader::activation},
+    {"aten.softmax.int", &Reader::softmax},
+    {"aten._softmax.default", &Reader::softmax},
+    {"aten.log_softmax.int", &Reader::softmax},
+    {"aten._log_softmax.default", &Reader::softmax},
+    {"aten.dropout.default", &Reader::dropout},
+    {"aten.native_dropout.default", &Reader::dropout},
+    {"aten.transpose.int", &Reader::transpose},
+    {"aten.permute.default", &Reader::permute},
+    {"aten.clone.default", &Reader::identity},
+    {"aten.alias.default", &Reader::identity},
+    {"aten.detach.default", &Reader::identity},
+    {"aten.zeros.default", &Reader::zeros},
+    {"aten.zeros_like.default", &Reader::zeros},
+    {"aten.new_zeros.default", &Reader::zeros},
+    {"aten.full.default", &Reader::zeros},
+    {"aten.sym_size.int", &Reader::symbolic},
+    {"aten._assert_tensor_metadata.default", &Reader::check_only},
+    {"aten._assert_scalar.default", &Reader::check_only},
+    {"aten.sym_constrain_range_for_size.default", &Reader::check_only},
+    {"aten.sym_constrain_range.default", &Reader::check_only},
+    {"aten._assert_async.msg", &Reader::check_only},
+};
+
+const Reader::Rule* Reader::find_rule(const std::string& target) {
+  for (const Rule& rule : kRules)
+    if (target == rule.target) return &rule;
+  return nullptr;
+}
+
+}  // namespace
+
+const char* export_layout_text(ExportInputLayout layout) {
+  switch (layout) {
+    case ExportInputLayout::kNone: return "[B, F]";
+    case ExportInputLayout::kBatchFirst: return "[B, T, F]";
+    case ExportInputLayout::kTimeMajor: return "[T, B, F]";
+    case ExportInputLayout::kChannelsFirst: return "[B, F, T]";
+  }
+  return "";
+}
+
+ExportChain export_chain(const Checkpoint& checkpoint) {
+  if (!checkpoint.export_graph) throw Error("internal: export_chain() of a checkpoint without an exported graph");
+  return Reader(checkpoint).run();
+}
+
+}  // namespace ferry::conv
