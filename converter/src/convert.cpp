@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstring>
 #include <future>
+#include <optional>
 #include <set>
 
 #include "checkpoint/checkpoint.h"
@@ -15,6 +16,7 @@
 #include "mapping/graph.h"
 #include "mapping/modules.h"
 #include "mapping/script_chain.h"
+#include "mapping/sequential_chain.h"
 #include "plan/planner.h"
 #include "plan/selftest_plan.h"
 
@@ -41,6 +43,36 @@ class SourceFd {
   int fd_;
 };
 
+Layout layout_of(InputLayout l) {
+  switch (l) {
+    case InputLayout::kTBF: return Layout::kTimeMajor;
+    case InputLayout::kBFT: return Layout::kChannelsFirst;
+    default: return Layout::kBatchFirst;
+  }
+}
+
+// The chain the file records (TorchScript code, a whole pickled
+// nn.Sequential), or nullopt where it records none and the state dict alone
+// decides (infer_graph: one module, recurrent modules stacked). A file whose
+// recorded chain cannot be read is refused with the reason and a --graph to
+// pass, unless the state dict alone is unambiguous.
+std::optional<RecordedChain> recorded_chain(const Checkpoint& checkpoint, const ModuleSet& modules) {
+  if (checkpoint.module_objects.empty()) return std::nullopt;
+  const bool script = has_script_forward(checkpoint);
+  try {
+    return script ? script_chain(checkpoint, modules) : sequential_chain(checkpoint, modules);
+  } catch (const Error& e) {
+    try {
+      infer_graph(modules, recorded_order(checkpoint, modules));
+    } catch (const Error& suggestion) {
+      throw Error(std::string(script ? "cannot read the layer chain from the TorchScript forward code ("
+                                     : "cannot read the layer chain from the pickled module (") +
+                  e.what() + "); " + suggestion.what());
+    }
+    return std::nullopt;
+  }
+}
+
 }  // namespace
 
 ConvertResult convert(const ConvertRequest& request) {
@@ -51,22 +83,18 @@ ConvertResult convert(const ConvertRequest& request) {
   const ModuleSet modules = group_modules(checkpoint);
   PlanOptions plan_options;
   plan_options.graph = request.graph;
-  if (!request.graph && !checkpoint.script_forward.empty()) {
-    // TorchScript: the chain its forward code reads as, else the state-dict
-    // inference below, whose error suggests a --graph.
-    try {
-      plan_options.inferred_graph = script_chain(checkpoint, modules);
-    } catch (const Error& e) {
-      try {
-        infer_graph(modules);
-      } catch (const Error& suggestion) {
-        throw Error(std::string("cannot read the layer chain from the TorchScript forward code (") + e.what() +
-                    "); " + suggestion.what());
+  plan_options.batch_first = request.batch_first;
+  plan_options.layout = request.layout;
+  if (!request.graph) {
+    if (auto recorded = recorded_chain(checkpoint, modules)) {
+      plan_options.inferred_graph = recorded->graph;
+      if (recorded->layout && !request.layout && !request.batch_first) {
+        plan_options.layout = layout_of(*recorded->layout);
+        plan_options.layout_source = has_script_forward(checkpoint) ? "read from the TorchScript code"
+                                                                    : "what the nn.Sequential's layers take";
       }
     }
   }
-  plan_options.batch_first = request.batch_first;
-  plan_options.layout = request.layout;
   PlanResult planned = plan_conversion(checkpoint, modules, plan_options, &file);
   ModelPlan& plan = planned.plan;
   plan.source_file = basename_of(request.input);

@@ -12,6 +12,7 @@
 #include "checkpoint/zip_checkpoint.h"
 #include "error.h"
 #include "io/zip_reader.h"
+#include "mapping/wrapper_prefixes.h"
 
 namespace ferry::conv {
 namespace {
@@ -41,6 +42,13 @@ Format detect_format(const uint8_t* d, size_t n) {
 }
 
 }  // namespace
+
+const ModuleObject* Checkpoint::module_object(const std::string& path) const {
+  const std::string wanted = strip_wrapper_prefixes(path);
+  for (const ModuleObject& m : module_objects)
+    if (m.path == wanted) return &m;
+  return nullptr;
+}
 
 Checkpoint load_checkpoint(const MappedFile& file, const LoadOptions& options) {
   const std::string& path = file.path();

@@ -24,6 +24,10 @@ struct PlanOptions {
   std::optional<std::string> inferred_graph;  // a chain read from the file (TorchScript forward)
   std::optional<bool> batch_first;       // --batch-first; else the file's record; else false
   std::optional<Layout> layout;          // --layout: batch_first / channels_first, and a time axis
+  // Where `layout` came from, when not --layout: the file's code or layers
+  // decided it (mapping/chain_axes.h), which accounts for every transpose,
+  // so a recorded batch_first that differs is no news.
+  std::optional<std::string> layout_source;
 };
 
 struct PlanResult {
