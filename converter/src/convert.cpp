@@ -85,15 +85,22 @@ ConvertResult convert(const ConvertRequest& request) {
   plan_options.graph = request.graph;
   plan_options.batch_first = request.batch_first;
   plan_options.layout = request.layout;
+  std::optional<RecordedChain> recorded;
   if (!request.graph) {
-    if (auto recorded = recorded_chain(checkpoint, modules)) {
-      plan_options.inferred_graph = recorded->graph;
-      if (recorded->layout && !request.layout && !request.batch_first) {
-        plan_options.layout = layout_of(*recorded->layout);
-        plan_options.layout_source = has_script_forward(checkpoint) ? "read from the TorchScript code"
-                                                                    : "what the nn.Sequential's layers take";
-      }
+    recorded = recorded_chain(checkpoint, modules);
+    if (recorded) plan_options.inferred_graph = recorded->graph;
+  } else if (!request.layout && !request.batch_first && !checkpoint.module_objects.empty()) {
+    // A --graph of the user's: the input layout is still the file's to say
+    // (a traced module records batch_first only in its code), where it reads.
+    try {
+      recorded = has_script_forward(checkpoint) ? script_chain(checkpoint, modules) : sequential_chain(checkpoint, modules);
+    } catch (const Error&) {
     }
+  }
+  if (recorded && recorded->layout && !request.layout && !request.batch_first) {
+    plan_options.layout = layout_of(*recorded->layout);
+    plan_options.layout_source = has_script_forward(checkpoint) ? "read from the TorchScript code"
+                                                                : "what the nn.Sequential's layers take";
   }
   PlanResult planned = plan_conversion(checkpoint, modules, plan_options, &file);
   ModelPlan& plan = planned.plan;

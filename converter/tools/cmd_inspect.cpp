@@ -1,5 +1,6 @@
 // ferry inspect FILE: a checkpoint (its form, tensors, attributes, the
-// modules they make and what is ignored) or a .fb model (its layers,
+// modules they make, what is ignored, and the layer chain the file records,
+// if any: TorchScript code, a whole nn.Sequential) or a .fb model (its layers,
 // tensors, sizes and provenance).
 #include <algorithm>
 #include <cmath>
@@ -17,6 +18,8 @@
 #include "io/mapped_file.h"
 #include "io/sha256.h"
 #include "mapping/modules.h"
+#include "mapping/script_chain.h"
+#include "mapping/sequential_chain.h"
 #include "weight_layout.h"
 
 namespace ferry::cli {
@@ -154,6 +157,19 @@ int inspect_checkpoint(const std::string& path, const std::string& key) {
   const ModuleSet modules = group_modules(c);
   for (const Module& m : modules.modules) std::printf("module   %-20s %s\n", m.path.c_str(), m.describe().c_str());
   for (const auto& [k, why] : modules.ignored) std::printf("ignored  %s (%s)\n", k.c_str(), why.c_str());
+  if (!c.module_objects.empty()) {
+    // The chain `ferry convert` takes from the file with no --graph, or why it cannot.
+    const bool script = has_script_forward(c);
+    const char* from = script ? "the TorchScript code" : "the nn.Sequential's order";
+    try {
+      const RecordedChain r = script ? script_chain(c, modules) : sequential_chain(c, modules);
+      static const char* const kLayouts[] = {"btf", "tbf", "bft", "bf"};
+      std::printf("chain    %s  (read from %s%s%s)\n", r.graph.c_str(), from, r.layout ? ", input layout " : "",
+                  r.layout ? kLayouts[static_cast<unsigned>(*r.layout)] : "");
+    } catch (const Error& e) {
+      std::printf("chain    not read from %s: %s\n", script ? "the TorchScript code" : "the pickled module", e.what());
+    }
+  }
   return 0;
 }
 

@@ -314,6 +314,25 @@ TEST(ScriptChain, InPlaceOpsReachEveryAlias) {
   EXPECT_EQ(chain_of(d).graph, "fc > relu");
 }
 
+TEST(ScriptChain, ScriptedInPlaceActivationModule) {
+  // act = nn.ReLU(inplace=True): relu(h) + h is 2 relu(h) in PyTorch.
+  for (const char* inplace : {"true", "false"}) {
+    const Described d = describe(
+        lstm_tensors("lstm", 4, 8),
+        {{"", "__torch__.Net",
+          forward({"_0, _1, = (self.lstm).forward__0(x, None, )", "y = (self.act).forward(_0, )", "return torch.add(y, _0)"}),
+          false, {}},
+         scripted("lstm", "rnn.LSTM", {{"batch_first", "true"}}),
+         scripted("act", "activation.ReLU", {{"inplace", inplace}})});
+    if (std::string(inplace) == "false") {
+      EXPECT_EQ(chain_of(d).graph, "lstm > (relu) + input");
+    } else {
+      EXPECT_NE(refusal(d).find("an add of two values that are not a chain and its own input"), std::string::npos)
+          << refusal(d);
+    }
+  }
+}
+
 TEST(ScriptChain, ConvFrontEndDecidesTheInputLayout) {
   Object conv = {"conv", "__torch__.torch.nn.modules.conv.___torch_mangle_3.Conv1d",
                  {"  def forward(self: T,", "    x: Tensor) -> Tensor:", "    bias = self.bias", "    weight = self.weight",

@@ -47,7 +47,7 @@ bool is_hyperparameter(std::string_view name) {
       // normalisations
       "eps", "num_features", "affine", "track_running_stats", "normalized_shape", "elementwise_affine",
       // activations
-      "negative_slope", "alpha", "min_val", "max_val", "approximate", "num_parameters", "dim",
+      "negative_slope", "alpha", "min_val", "max_val", "approximate", "num_parameters", "dim", "inplace",
       // Embedding
       "num_embeddings", "embedding_dim", "max_norm"};
   for (std::string_view n : kNames)

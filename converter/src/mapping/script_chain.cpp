@@ -995,6 +995,9 @@ class Reader {
           fail(cls + " '" + shown(path) + "' without a dim (PyTorch picks the axis from the input's rank)");
         if (!axes_.require_axis(x.axes, d, 'F')) fail(cls + " '" + shown(path) + "' over an axis other than the features");
       }
+      // nn.ReLU(inplace=True) & co. change their input for every other user of it.
+      auto inplace = checkpoint_.attributes.find(attribute_key(path, "inplace"));
+      if (inplace != checkpoint_.attributes.end() && inplace->second == "true") return in_place(x, extend(x, *act));
       return extend(x, *act);
     }
     fail("calls module '" + shown(path) + "' (" + cls + "), whose computation ferry does not know");
