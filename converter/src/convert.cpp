@@ -53,23 +53,32 @@ Layout layout_of(InputLayout l) {
 
 // The chain the file records (TorchScript code, a whole pickled
 // nn.Sequential), or nullopt where it records none and the state dict alone
-// decides (infer_graph: one module, recurrent modules stacked). A file whose
-// recorded chain cannot be read is refused with the reason and a --graph to
-// pass, unless the state dict alone is unambiguous.
-std::optional<RecordedChain> recorded_chain(const Checkpoint& checkpoint, const ModuleSet& modules) {
+// decides (infer_graph: one module, recurrent modules stacked). TorchScript
+// code or an nn.Sequential that cannot be read is refused, naming the file
+// (and the record and line), with a --graph to pass: the file says what the
+// model computes, and a chain the state dict suggests could differ from it.
+// A pickled module that is not an nn.Sequential records no forward at all:
+// like a state dict, it is refused only where the state dict is ambiguous.
+std::optional<RecordedChain> recorded_chain(const std::string& path, const Checkpoint& checkpoint,
+                                            const ModuleSet& modules) {
   if (checkpoint.module_objects.empty()) return std::nullopt;
   const bool script = has_script_forward(checkpoint);
+  const bool records = script || is_sequential_class(checkpoint.module_objects[0].class_name);
   try {
     return script ? script_chain(checkpoint, modules) : sequential_chain(checkpoint, modules);
   } catch (const Error& e) {
+    std::string suggestion;
     try {
-      infer_graph(modules, recorded_order(checkpoint, modules));
-    } catch (const Error& suggestion) {
-      throw Error(std::string(script ? "cannot read the layer chain from the TorchScript forward code ("
-                                     : "cannot read the layer chain from the pickled module (") +
-                  e.what() + "); " + suggestion.what());
+      const std::vector<GraphElement> chain = infer_graph(modules, recorded_order(checkpoint, modules));
+      if (!records) return std::nullopt;
+      suggestion = "pass --graph, for example --graph \"" + format_graph(chain) + "\"";
+    } catch (const Error& s) {
+      suggestion = s.what();
     }
-    return std::nullopt;
+    throw Error(path + ": " +
+                (script ? "cannot read the layer chain from the TorchScript forward code ("
+                        : "cannot read the layer chain from the pickled module (") +
+                e.what() + "); " + suggestion);
   }
 }
 
@@ -87,7 +96,7 @@ ConvertResult convert(const ConvertRequest& request) {
   plan_options.layout = request.layout;
   std::optional<RecordedChain> recorded;
   if (!request.graph) {
-    recorded = recorded_chain(checkpoint, modules);
+    recorded = recorded_chain(request.input, checkpoint, modules);
     if (recorded) plan_options.inferred_graph = recorded->graph;
   } else if (!request.layout && !request.batch_first && !checkpoint.module_objects.empty()) {
     // A --graph of the user's: the input layout is still the file's to say

@@ -34,6 +34,7 @@ struct ModuleObject {
   // torch.nn module records its hyper-parameters so; a traced one does not:
   // its forward holds them as call arguments instead).
   std::vector<std::string> forward;
+  std::string code_record;  // the code/ record holding it ("archive/code/__torch__.py"), for messages
   bool final_constants = false;
 };
 

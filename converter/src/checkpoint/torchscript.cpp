@@ -48,6 +48,7 @@ struct ClassInfo {
   bool any_final = false;  // declares a Final constant, a hyper-parameter or not
   std::vector<std::string> parameters, buffers;
   std::vector<std::string> forward;  // the lines of `def forward(...)`, as text
+  std::string record;                // the code/ record that defines the class
 };
 using ClassTable = std::unordered_map<std::string, ClassInfo>;
 
@@ -138,7 +139,8 @@ bool parse_name_list(std::string_view v, std::vector<std::string>* out) {
 
 // Reads the class headers and two-space-indented class-body declarations of
 // one code/ file. Method bodies (deeper indentation) are skipped.
-void parse_code(const std::string& qualifier, std::string_view text, const std::string& where, ClassTable& classes) {
+void parse_code(const std::string& qualifier, std::string_view text, const std::string& where,
+                const std::string& record, ClassTable& classes) {
   ClassInfo* current = nullptr;
   bool in_forward = false;
   size_t start = 0;
@@ -172,6 +174,7 @@ void parse_code(const std::string& qualifier, std::string_view text, const std::
         throw Error(where + ": more than " + std::to_string(kMaxClasses) + " classes in code/");
       current = &classes[qualname];
       current->base = std::string(base);
+      current->record = record;
       continue;
     }
     if (!current || line.size() < 3 || line[1] != ' ' || line[2] == ' ') continue;
@@ -221,7 +224,7 @@ ClassTable read_code(const ZipReader& zip) {
     const std::vector<uint8_t> text = zip.extract(e, kMaxCodeRecord);
     total += text.size();
     parse_code(qualifier, std::string_view(reinterpret_cast<const char*>(text.data()), text.size()),
-               zip.describe(e), classes);
+               zip.describe(e), e.name, classes);
   }
   return classes;
 }
@@ -291,6 +294,7 @@ class Walker {
     ModuleObject& recorded = record_class(object, path, out_);
     if (info) {
       recorded.forward = info->forward;
+      recorded.code_record = info->record;
       recorded.final_constants = info->any_final;
     }
 

@@ -147,8 +147,13 @@ class Reader {
   // ---------------------------------------------------------------- errors --
   [[noreturn]] void fail(const std::string& why) const {
     std::string where;
-    if (!frames_.empty() && !frames_.back().path.empty())
-      where = "module '" + frames_.back().path + "' (" + class_of(frames_.back().path) + "), ";
+    if (!frames_.empty()) {
+      auto it = objects_.find(frames_.back().path);
+      const std::string& record = it == objects_.end() ? std::string() : checkpoint_.module_objects[it->second].code_record;
+      if (!record.empty()) where = "record '" + record + "', ";
+      if (!frames_.back().path.empty())
+        where += "module '" + frames_.back().path + "' (" + class_of(frames_.back().path) + "), ";
+    }
     if (!line_.empty()) where += "line '" + line_.substr(0, 120) + (line_.size() > 120 ? "...'" : "'") + ": ";
     throw Error(where + why);
   }
