@@ -22,7 +22,7 @@ root=$PWD
 [ $# -ge 1 ] && [[ "$1" =~ ^[0-9]+$ ]] || { echo "usage: tests/fuzz/run.sh SECONDS [TARGET...]" >&2; exit 2; }
 seconds=$1
 shift
-all_targets=(zip pickle checkpoint legacy safetensors model_load model_run inputs npy)
+all_targets=(zip pickle checkpoint legacy safetensors model_load model_run inputs npy script_chain)
 if [ $# -gt 0 ]; then targets=("$@"); else targets=("${all_targets[@]}"); fi
 build=$(realpath -m "${FERRY_FUZZ_BUILD:-build-fuzz}")
 nice_level=${FERRY_FUZZ_NICE:-0}
@@ -62,6 +62,7 @@ copy_seeds legacy "$fixtures"/lstm_legacy.pt
 copy_seeds safetensors "$root"/tests/fuzz/seeds/safetensors/*
 copy_seeds inputs "$root"/tests/fuzz/seeds/inputs/*
 copy_seeds npy "$fixtures"/*.npy
+copy_seeds script_chain "$root"/tests/fuzz/seeds/script_chain/*
 # Models: fixtures converted by this build's CLI (with self-test vectors),
 # and the catalogue's model files.
 mkdir -p "$seeds/models"
@@ -102,6 +103,7 @@ dict_for() {
     checkpoint) cat "$root"/tests/fuzz/dict/{zip,pickle}.dict >"$build/checkpoint.dict"; echo "$build/checkpoint.dict" ;;
     model_load | model_run | inputs) echo "$root/tests/fuzz/dict/model.dict" ;;
     npy) echo "$root/tests/fuzz/dict/npy.dict" ;;
+    script_chain) echo "$root/tests/fuzz/dict/script.dict" ;;
   esac
 }
 max_len_for() {
