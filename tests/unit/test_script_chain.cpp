@@ -452,7 +452,14 @@ TEST(ScriptChain, HostileModuleGraphsAreBounded) {
   }
   objects.push_back({path, "__torch__.Leaf", forward({"return x"}), false, {}});
   const std::string wide = refusal(describe({}, objects));
-  EXPECT_NE(wide.find("expressions to read"), std::string::npos) << wide;
+  EXPECT_NE(wide.find("reading takes more than 262144 steps"), std::string::npos) << wide;
+
+  // Tuples of tuples: each line doubles the value.
+  std::vector<std::string> body = {"a0 = (x, x)"};
+  for (int i = 1; i < 40; ++i) body.push_back("a" + std::to_string(i) + " = (a" + std::to_string(i - 1) + ", a" + std::to_string(i - 1) + ")");
+  body.push_back("return x");
+  const std::string doubled = refusal(describe({}, {{"", "__torch__.Net", forward(body), false, {}}}));
+  EXPECT_NE(doubled.find("a tuple or list of more than 256 parts"), std::string::npos) << doubled;
 }
 
 TEST(ScriptChain, BidirectionalFinalStateAndLinearOverTime) {

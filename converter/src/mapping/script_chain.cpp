@@ -22,6 +22,24 @@ using script::Expr;
 using script::Statement;
 
 constexpr size_t kMaxChainElements = 4096;
+constexpr size_t kMaxValueParts = 256;  // a tuple or list, nested ones counted
+
+// The ops from the input to a value, shared: values made from one another
+// share the start of their chains, and copying a value copies a pointer.
+struct ChainNode {
+  GraphElement element;
+  std::shared_ptr<const ChainNode> prev;
+  size_t length = 0;
+};
+using Chain = std::shared_ptr<const ChainNode>;
+
+size_t length_of(const Chain& c) { return c ? c->length : 0; }
+
+std::vector<GraphElement> elements_of(Chain c) {
+  std::vector<GraphElement> out(length_of(c));
+  for (size_t i = out.size(); c; c = c->prev) out[--i] = c->element;
+  return out;
+}
 
 // A value of the forward code, as far as the chain is concerned.
 struct Val {
@@ -39,12 +57,13 @@ struct Val {
   Kind kind = kOpaque;
   std::string text, owner;
   bool string = false;
-  std::vector<GraphElement> chain;  // kTensor
+  Chain chain;                      // kTensor (null: the input itself)
   Axes axes;                        // kTensor
   std::string hidden;               // kTensor: h_n of this recurrent module (not a sequence)
   unsigned id = 0;                  // kTensor: the storage it views (in-place ops update every alias)
   bool partial = false;             // kTensor: a view of part of another (the last step)
   std::vector<Val> items;           // kTuple / kList
+  size_t parts = 1;                 // this value and the items in it, nested ones counted
 
   static Val opaque(std::string what) {
     Val v;
@@ -66,8 +85,6 @@ struct Val {
   }
   bool is_none() const { return kind == kLiteral && !string && text == "None"; }
 };
-
-bool same_element(const GraphElement& a, const GraphElement& b) { return format_graph({a}) == format_graph({b}); }
 
 // "1", "-1" -> the integer; nullopt for anything else.
 std::optional<long long> integer_of(const Val& v) {
@@ -127,13 +144,13 @@ class Reader {
     line_.clear();
     if (out.kind != Val::kTensor) fail("forward returns " + what(out) + ", not one tensor");
     if (!out.hidden.empty()) fail("forward returns the final state h_n of '" + shown(out.hidden) + "' as a whole");
-    if (out.chain.empty()) fail("forward returns its input");
+    if (!out.chain) fail("forward returns its input");
     if (!axes_.require_output(out.axes)) {
       fail("forward returns a sequence whose axes are not in the input's order (ferry writes a sequence in its "
            "input's layout)");
     }
     RecordedChain r;
-    r.graph = format_graph(out.chain);
+    r.graph = format_graph(elements_of(out.chain));
     r.layout = axes_.decided();
     return r;
   }
@@ -181,7 +198,7 @@ class Reader {
   }
 
   void step() {
-    if (++steps_ > kMaxScriptSteps) fail("more than " + std::to_string(kMaxScriptSteps) + " expressions to read");
+    if (++steps_ > kMaxScriptSteps) fail("reading takes more than " + std::to_string(kMaxScriptSteps) + " steps");
   }
 
   // ------------------------------------------------------------ functions --
@@ -296,7 +313,7 @@ class Reader {
       }
       case Expr::kTuple: case Expr::kList: {
         Val v = Val::of(e.kind == Expr::kTuple ? Val::kTuple : Val::kList);
-        for (const Expr& item : e.items) v.items.push_back(eval(item));
+        for (const Expr& item : e.items) add_item(v, eval(item));
         return v;
       }
       case Expr::kAttribute: {
@@ -310,6 +327,12 @@ class Reader {
       case Expr::kCall: return call(e);
     }
     fail("an expression ferry does not read");
+  }
+
+  void add_item(Val& tuple, Val item) {
+    tuple.parts += item.parts;
+    if (tuple.parts > kMaxValueParts) fail("a tuple or list of more than " + std::to_string(kMaxValueParts) + " parts");
+    tuple.items.push_back(std::move(item));
   }
 
   // self.<name> of the module at `path`.
@@ -428,9 +451,10 @@ class Reader {
   }
 
   Val extend(const Val& x, GraphElement e) {
-    if (x.chain.size() >= kMaxChainElements) fail("a chain of more than " + std::to_string(kMaxChainElements) + " elements");
+    if (length_of(x.chain) >= kMaxChainElements)
+      fail("a chain of more than " + std::to_string(kMaxChainElements) + " elements");
     Val y = x;
-    y.chain.push_back(std::move(e));
+    y.chain = std::make_shared<const ChainNode>(ChainNode{std::move(e), x.chain, length_of(x.chain) + 1});
     y.id = ++ids_;
     y.partial = false;
     return y;
@@ -447,11 +471,13 @@ class Reader {
     if (x.partial) fail("an in-place op on part of a tensor");
     result.id = x.id;
     for (Frame& f : frames_)
-      for (auto& [name, v] : f.vars)
+      for (auto& [name, v] : f.vars) {
+        step();  // every value looked at counts, so that many in-place ops over many names stay bounded
         if (v.kind == Val::kTensor && v.id == x.id && v.hidden.empty()) {
           v.chain = result.chain;
           v.partial = false;
         }
+      }
     return result;
   }
 
@@ -544,7 +570,8 @@ class Reader {
       const Val* keep = a.get(2, "keepdim");
       if (keep && bool_of(*keep) != false) fail("torch.max with keepdim");
       Val t = Val::of(Val::kTuple);
-      t.items = {reduce_time(x, static_cast<long>(*d), OpKind::Max), Val::opaque("the indices of torch.max")};
+      add_item(t, reduce_time(x, static_cast<long>(*d), OpKind::Max));
+      add_item(t, Val::opaque("the indices of torch.max"));
       return t;
     }
     if (fn == "torch.add" || fn == "torch.add_") return residual(fn, a);
@@ -701,7 +728,7 @@ class Reader {
     return y;
   }
 
-  // torch.add(y, x) where x's chain is the start of y's: (y's tail) + input.
+  // torch.add(y, x) where x is a value y was made from: (y's tail) + input.
   Val residual(const std::string& fn, const Args& a) {
     const Val* p = a.get(0, "input");
     const Val* q = a.get(1, "other");
@@ -711,18 +738,25 @@ class Reader {
     const Val& x0 = chain_value(p, fn);
     const Val& x1 = chain_value(q, fn);
     if (const Val* alpha = a.get(2, "alpha"); alpha && number_of(*alpha) != 1.0) fail(fn + " with alpha");
-    const bool first_longer = x0.chain.size() > x1.chain.size();
+    const bool first_longer = length_of(x0.chain) > length_of(x1.chain);
     const Val& y = first_longer ? x0 : x1;
     const Val& x = first_longer ? x1 : x0;
-    const size_t n = x.chain.size();
-    if (n >= y.chain.size() || !std::equal(x.chain.begin(), x.chain.end(), y.chain.begin(), same_element))
-      fail("an add of two values that are not a chain and its own input");
+    // The ops between x and y: y's chain back to x's (the same node, not an equal copy).
+    std::vector<GraphElement> tail;
+    Chain c = y.chain;
+    for (; c && length_of(c) > length_of(x.chain); c = c->prev) tail.push_back(c->element);
+    if (tail.empty() || c != x.chain) fail("an add of two values that are not a chain and its own input");
     if (!axes_.require_same(x.axes, y.axes)) fail("an add of two values whose axes differ");
+    if (length_of(y.chain) + 2 > kMaxChainElements)
+      fail("a chain of more than " + std::to_string(kMaxChainElements) + " elements");
     Val out = y;
-    out.chain.assign(x.chain.begin(), x.chain.end());
-    out.chain.push_back(op(OpKind::SkipBegin));
-    out.chain.insert(out.chain.end(), y.chain.begin() + static_cast<long>(n), y.chain.end());
-    out.chain.push_back(op(OpKind::SkipEnd));
+    out.chain = x.chain;
+    auto push = [&out](GraphElement e) {
+      out.chain = std::make_shared<const ChainNode>(ChainNode{std::move(e), out.chain, length_of(out.chain) + 1});
+    };
+    push(op(OpKind::SkipBegin));
+    for (auto it = tail.rbegin(); it != tail.rend(); ++it) push(*it);
+    push(op(OpKind::SkipEnd));
     out.id = ++ids_;
     out.partial = false;
     if (fn == "torch.add_") return in_place(x0, std::move(out));
@@ -761,7 +795,7 @@ class Reader {
       const bool aten = fn == "torch.embedding";
       const Val& x = chain_value(a.get(aten ? 1 : 0, aten ? "indices" : "input"), fn);
       const Module& m = owner_of(a.get(aten ? 0 : 1, "weight"), fn, "weight", ModuleType::Linear);
-      if (!x.chain.empty()) fail(fn + " of a value other than the model's input (token ids)");
+      if (x.chain) fail(fn + " of a value other than the model's input (token ids)");
       if (!axes_.require_features_last(x.axes)) fail(fn + ": no input layout fits");
       return extend(x, module_element(m));
     }
@@ -894,9 +928,9 @@ class Reader {
     Val out = recurrent_input(x, batch_first, m);
     Val y = extend(out, e);
     Val t = Val::of(Val::kTuple);
-    t.items.push_back(y);
-    t.items.push_back(final_state(y, m));
-    if (kind == CellKind::kLstm) t.items.push_back(Val::opaque("the final cell state c_n of '" + shown(m.path) + "'"));
+    add_item(t, y);
+    add_item(t, final_state(y, m));
+    if (kind == CellKind::kLstm) add_item(t, Val::opaque("the final cell state c_n of '" + shown(m.path) + "'"));
     return t;
   }
 
@@ -959,14 +993,15 @@ class Reader {
           Val y = extend(recurrent_input(x, batch_first, *m), module_element(*m));
           Val h = final_state(y, *m);
           Val t = Val::of(Val::kTuple);
-          t.items.push_back(y);
+          add_item(t, y);
           if (m->kind == CellKind::kLstm) {
             // (output, (h_n, c_n)): c_n is not on any chain ferry runs.
             Val state = Val::of(Val::kTuple);
-            state.items = {h, Val::opaque("the final cell state c_n of '" + shown(path) + "'")};
-            t.items.push_back(state);
+            add_item(state, h);
+            add_item(state, Val::opaque("the final cell state c_n of '" + shown(path) + "'"));
+            add_item(t, state);
           } else {
-            t.items.push_back(h);
+            add_item(t, h);
           }
           return t;
         }
@@ -982,7 +1017,7 @@ class Reader {
             fail("PReLU '" + shown(path) + "' with one weight per channel needs the channels at dim 1");
           break;
         case ModuleType::Linear: case ModuleType::LayerNorm:
-          if (m->class_name == "Embedding" && !x.chain.empty())
+          if (m->class_name == "Embedding" && x.chain)
             fail("Embedding '" + shown(path) + "' of a value other than the model's input (token ids)");
           if (!axes_.require_features_last(x.axes))
             fail(cls + " '" + shown(path) + "' over an axis other than the features");

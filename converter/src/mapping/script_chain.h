@@ -33,9 +33,11 @@
 //
 // A loop or branch, any other call on a chain value, an initial state that
 // is not zeros, a training-mode dropout: refused with an Error naming the
-// line (and the module whose forward it is), for the caller to suggest a
-// --graph. Reading is bounded: modules nested at most kMaxCallDepth calls
-// deep, at most kMaxSteps expressions evaluated in all.
+// line (and the code record and module whose forward it is), for the caller
+// to suggest a --graph. Reading is bounded: modules nested at most
+// kMaxScriptCallDepth calls deep, at most kMaxScriptSteps steps in all
+// (expressions evaluated, names an in-place op updates), tuples of at most
+// 256 parts, chains of at most 4096 elements.
 #pragma once
 
 #include <cstddef>

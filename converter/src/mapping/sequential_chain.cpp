@@ -8,6 +8,8 @@
 namespace ferry::conv {
 namespace {
 
+constexpr size_t kMaxSequentialLayers = 4096;
+
 std::string parent_of(const std::string& path) {
   const size_t dot = path.rfind('.');
   return dot == std::string::npos ? "" : path.substr(0, dot);
@@ -60,6 +62,8 @@ RecordedChain sequential_chain(const Checkpoint& checkpoint, const ModuleSet& mo
     // Inside a child already read (a layer's own submodules): not a step of the chain.
     if (parent == by_path.end() || !is_sequential_class(parent->second->class_name)) continue;
     if (is_sequential_class(o.class_name)) continue;  // its children follow, in order
+    if (chain.size() >= kMaxSequentialLayers)
+      refuse(o, "more than " + std::to_string(kMaxSequentialLayers) + " layers in one chain");
     const Module* m = modules.find(o.path);
     if (m) {
       switch (m->type) {
