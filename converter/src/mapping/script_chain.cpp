@@ -140,7 +140,10 @@ class Reader {
     input.kind = Val::kTensor;
     input.axes = axes_.input();
     input.id = ++ids_;
-    Val out = interpret(root, {input}, {}, true);
+    // A scripted torch.nn module saved alone (nn.Conv1d) is what its class computes.
+    Args in;
+    in.pos.push_back(input);
+    Val out = is_torch_nn(root) && root.final_constants ? class_semantics(root, in) : interpret(root, {input}, {}, true);
     line_.clear();
     if (out.kind != Val::kTensor) fail("forward returns " + what(out) + ", not one tensor");
     if (!out.hidden.empty()) fail("forward returns the final state h_n of '" + shown(out.hidden) + "' as a whole");
