@@ -392,6 +392,11 @@ TEST(ScriptChain, RefusalsNameTheLineAndWhy) {
       {{"_0 = (self.missing).forward(x, )", "return _0"}, "calls attribute 'forward' of 'root.missing'"},
       {{"_0 = (self.lstm)._flat(x, )", "return _0"}, "calls the method '_flat' of module 'lstm'"},
       {{"_0 = y + x", "return _0"}, "cannot be read"},
+      {{"_0 = torch.to((self.lstm).forward(x, ), 5)", "return _0"},
+       "torch.to with the constant 5 (only float32, dtype 6, or a device is read)"},
+      {{"_0 = torch.to(x, 6, False, False, None)", "_1 = torch.to((self.lstm).forward(_0, ), torch.device(\"cpu\"))",
+        "return _1"},
+       ""},
   };
   for (const auto& [body, expect] : cases) {
     std::vector<Object> objects = {{"", "__torch__.Net", forward(body), false, {}}};

@@ -580,6 +580,19 @@ class Reader {
     if (fn == "torch.add" || fn == "torch.add_") return residual(fn, a);
     if (fn == "torch.zeros" || fn == "torch.zeros_like") return Val::of(Val::kZeros);
     if (fn == "torch.to" && !a.pos.empty() && a.pos[0].kind == Val::kZeros) return a.pos[0];  // zeros moved to a device
+    if (fn == "torch.to" && !a.pos.empty() && a.pos[0].kind == Val::kTensor) {
+      // x.float(), x.to(device): float32 stays float32 (dtype 6); any other dtype is not read.
+      for (size_t i = 1; i < a.pos.size(); ++i) {
+        const Val& v = a.pos[i];
+        const bool device = v.kind == Val::kOpaque && v.text == "the result of torch.device";
+        if (!device && !bool_of(v) && !v.is_none() && integer_of(v) != 6)
+          fail("torch.to with " + what(v) + " (only float32, dtype 6, or a device is read)");
+      }
+      for (const auto& [k, v] : a.kw)
+        if (k == "dtype" ? integer_of(v) != 6 && !v.is_none() : !(bool_of(v) || v.is_none() || v.kind == Val::kOpaque))
+          fail("torch.to with " + k + "=" + what(v) + " (only float32, dtype 6, or a device is read)");
+      return chain_value(&a.pos[0], fn);
+    }
     if (fn == "getattr") {
       const Val* o = a.get(0, nullptr);
       const Val* n = a.get(1, nullptr);
