@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstring>
 #include <future>
+#include <optional>
 #include <set>
 
 #include "checkpoint/checkpoint.h"
@@ -16,6 +17,7 @@
 #include "mapping/graph.h"
 #include "mapping/modules.h"
 #include "mapping/script_chain.h"
+#include "mapping/sequential_chain.h"
 #include "plan/planner.h"
 #include "plan/selftest_plan.h"
 
@@ -55,6 +57,45 @@ std::optional<Layout> plan_layout(ExportInputLayout layout) {
   return std::nullopt;
 }
 
+Layout layout_of(InputLayout l) {
+  switch (l) {
+    case InputLayout::kTBF: return Layout::kTimeMajor;
+    case InputLayout::kBFT: return Layout::kChannelsFirst;
+    default: return Layout::kBatchFirst;
+  }
+}
+
+// The chain the file records (TorchScript code, a whole pickled
+// nn.Sequential), or nullopt where it records none and the state dict alone
+// decides (infer_graph: one module, recurrent modules stacked). TorchScript
+// code or an nn.Sequential that cannot be read is refused, naming the file
+// (and the record and line), with a --graph to pass: the file says what the
+// model computes, and a chain the state dict suggests could differ from it.
+// A pickled module that is not an nn.Sequential records no forward at all:
+// like a state dict, it is refused only where the state dict is ambiguous.
+std::optional<RecordedChain> recorded_chain(const std::string& path, const Checkpoint& checkpoint,
+                                            const ModuleSet& modules) {
+  if (checkpoint.module_objects.empty()) return std::nullopt;
+  const bool script = has_script_forward(checkpoint);
+  const bool records = script || is_sequential_class(checkpoint.module_objects[0].class_name);
+  try {
+    return script ? script_chain(checkpoint, modules) : sequential_chain(checkpoint, modules);
+  } catch (const Error& e) {
+    std::string suggestion;
+    try {
+      const std::vector<GraphElement> chain = infer_graph(modules, recorded_order(checkpoint, modules));
+      if (!records) return std::nullopt;
+      suggestion = "pass --graph, for example --graph \"" + format_graph(chain) + "\"";
+    } catch (const Error& s) {
+      suggestion = s.what();
+    }
+    throw Error(path + ": " +
+                (script ? "cannot read the layer chain from the TorchScript forward code ("
+                        : "cannot read the layer chain from the pickled module (") +
+                e.what() + "); " + suggestion);
+  }
+}
+
 }  // namespace
 
 ConvertResult convert(const ConvertRequest& request) {
@@ -67,25 +108,14 @@ ConvertResult convert(const ConvertRequest& request) {
   const ModuleSet modules = group_modules(checkpoint);
   PlanOptions plan_options;
   plan_options.graph = request.graph;
-  if (!request.graph && !checkpoint.script_forward.empty()) {
-    // TorchScript: the chain its forward code reads as, else the state-dict
-    // inference below, whose error suggests a --graph.
-    try {
-      plan_options.inferred_graph = script_chain(checkpoint, modules);
-    } catch (const Error& e) {
-      try {
-        infer_graph(modules);
-      } catch (const Error& suggestion) {
-        throw Error(std::string("cannot read the layer chain from the TorchScript forward code (") + e.what() +
-                    "); " + suggestion.what());
-      }
-    }
-  }
+  plan_options.batch_first = request.batch_first;
+  plan_options.layout = request.layout;
   std::vector<std::string> chain_notes;
   if (checkpoint.export_graph) {
     // .pt2: the chain and the input layout its graph records. With --graph
     // the user's chain is used and the weights alone are needed; the layout
     // is still taken from the graph where it reads.
+    plan_options.recorded_layout_source = "recorded in the file (the axes its graph's ops take)";
     if (!request.graph) {
       const ExportChain chain = export_chain(checkpoint);
       plan_options.inferred_graph = chain.graph;
@@ -99,9 +129,27 @@ ConvertResult convert(const ConvertRequest& request) {
         // run): --graph and the flags say everything.
       }
     }
+  } else {
+    // TorchScript code, a whole pickled nn.Sequential: the chain it records.
+    std::optional<RecordedChain> recorded;
+    if (!request.graph) {
+      recorded = recorded_chain(request.input, checkpoint, modules);
+      if (recorded) plan_options.inferred_graph = recorded->graph;
+    } else if (!checkpoint.module_objects.empty()) {
+      // A --graph of the user's: the input layout is still the file's to say
+      // (a traced module records batch_first only in its code), where it reads.
+      try {
+        recorded = has_script_forward(checkpoint) ? script_chain(checkpoint, modules)
+                                                  : sequential_chain(checkpoint, modules);
+      } catch (const Error&) {
+      }
+    }
+    if (recorded && recorded->layout) {
+      plan_options.recorded_layout = layout_of(*recorded->layout);
+      plan_options.recorded_layout_source = has_script_forward(checkpoint) ? "read from the TorchScript code"
+                                                                           : "what the nn.Sequential's layers take";
+    }
   }
-  plan_options.batch_first = request.batch_first;
-  plan_options.layout = request.layout;
   PlanResult planned = plan_conversion(checkpoint, modules, plan_options, file);
   planned.notes.insert(planned.notes.end(), chain_notes.begin(), chain_notes.end());
   ModelPlan& plan = planned.plan;

@@ -1,8 +1,8 @@
 // ferry inspect FILE [--json]: a checkpoint (its form, tensors, attributes,
-// the modules they make and what is ignored; for a .pt2 the chain read from
-// its graph) or a .fb model (its layers, tensors, sizes, provenance, and the
-// backends that run it: backends.h); --json: a .fb model's summary as one
-// JSON object.
+// the modules they make, what is ignored, and the layer chain the file
+// records, if any: a .pt2's graph, TorchScript code, a whole nn.Sequential)
+// or a .fb model (its layers, tensors, sizes, provenance, and the backends
+// that run it: backends.h); --json: a .fb model's summary as one JSON object.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -22,6 +22,8 @@
 #include "io/sha256.h"
 #include "mapping/export_chain.h"
 #include "mapping/modules.h"
+#include "mapping/script_chain.h"
+#include "mapping/sequential_chain.h"
 #include "weight_layout.h"
 
 namespace ferry::cli {
@@ -225,6 +227,18 @@ int inspect_checkpoint(const std::string& path, const std::string& key) {
       for (const std::string& note : chain.notes) std::printf("note     %s\n", note.c_str());
     } catch (const Error& e) {
       std::printf("chain    not read: %s\n", e.what());
+    }
+  } else if (!c.module_objects.empty()) {
+    // The chain `ferry convert` takes from the file with no --graph, or why it cannot.
+    const bool script = has_script_forward(c);
+    const char* from = script ? "the TorchScript code" : "the nn.Sequential's order";
+    try {
+      const RecordedChain r = script ? script_chain(c, modules) : sequential_chain(c, modules);
+      static const char* const kLayouts[] = {"btf", "tbf", "bft", "bf"};
+      std::printf("chain    %s  (read from %s%s%s)\n", r.graph.c_str(), from, r.layout ? ", input layout " : "",
+                  r.layout ? kLayouts[static_cast<unsigned>(*r.layout)] : "");
+    } catch (const Error& e) {
+      std::printf("chain    not read from %s: %s\n", script ? "the TorchScript code" : "the pickled module", e.what());
     }
   }
   return 0;

@@ -1013,6 +1013,212 @@ def module_entries():
          "a pickled object with a state that is not a module's")
 
 
+# ---------------------------------------------------------------------------
+# The layer chain a file records: TorchScript code read as text (a loop, a
+# branch, an unknown call, nesting, self-reference, huge lines, modules that
+# call themselves or nest too deep) and whole pickled nn.Sequentials (an LSTM
+# inside, an unknown child, a cycle, absurd nesting). Converted with no
+# --graph, as a user would: every refusal names the file, the code record
+# and the line.
+
+TS_LINEAR_CODE = """class Linear(Module):
+  __parameters__ = ["weight", "bias", ]
+  __buffers__ = []
+  weight : Tensor
+  bias : Tensor
+  training : bool
+  def forward(self: __torch__.torch.nn.modules.linear.Linear,
+    input: Tensor) -> Tensor:
+    bias = self.bias
+    weight = self.weight
+    return torch.linear(input, weight, bias)
+"""
+
+
+def ts_net_code(body, members="  fc : __torch__.torch.nn.modules.linear.Linear\n",
+                signature="  def forward(self: __torch__.Net,\n    x: Tensor) -> Tensor:\n"):
+    return ("class Net(Module):\n  __parameters__ = []\n  __buffers__ = []\n  training : bool\n" +
+            members + signature + "".join("    " + line + "\n" for line in body))
+
+
+def ts_object(p, module, cls, attrs):
+    """A TorchScript object: GLOBAL, EMPTY_TUPLE NEWOBJ, BUILD({attr: value})."""
+    p.glob(module, cls).op(b")").op(0x81).op(b"}").mark()
+    p.str("training").op(0x89)
+    for name, write in attrs:
+        p.str(name)
+        write(p)
+    return p.op(b"u").op(b"b")
+
+
+def ts_linear(p):
+    w, b = linear_tensors()
+    return ts_object(p, "__torch__.torch.nn.modules.linear", "Linear",
+                     [("weight", lambda q: q.tensor(**w[1])), ("bias", lambda q: q.tensor(**b[1]))])
+
+
+def torchscript_archive(net_code, root=None):
+    """Net (Linear(3 -> 2) `fc`, or `root` writing the objects) with `net_code` as code/__torch__.py."""
+    p = P().proto(2)
+    if root:
+        root(p)
+    else:
+        ts_object(p, "__torch__", "Net", [("fc", ts_linear)])
+    p.stop()
+    z = checkpoint(pkl=bytes(p.b))
+    for name, text in [("__torch__.py", net_code), ("__torch__/torch/nn/modules/linear.py", TS_LINEAR_CODE)]:
+        raw = text.encode()
+        comp = zlib.compressobj(9, zlib.DEFLATED, -15)
+        z.add("archive/code/" + name, comp.compress(raw) + comp.flush(), method=8, usize=len(raw))
+    z.add("archive/constants.pkl", b"\x80\x02).")
+    return bytes(z.finish()[0])
+
+
+TS_CHAIN = "cannot read the layer chain from the TorchScript forward code (record 'code/__torch__.py', "
+
+
+def pickled_module(p, module, cls, params=(), children=()):
+    """torch.save(model) of one module: NEWOBJ, BUILD({training, _parameters,
+    _buffers, _modules}); `children` write their own objects."""
+    p.glob(module, cls).op(b")").op(0x81).op(b"}").mark()
+    p.str("training").op(0x89)
+    p.str("_parameters").ordered_dict()
+    if params:
+        p.mark()
+        for name, spec in params:
+            p.str(name)
+            p.tensor(**spec)
+        p.op(b"u")
+    p.str("_buffers").ordered_dict()
+    p.str("_modules").ordered_dict()
+    if children:
+        p.mark()
+        for name, write in children:
+            p.str(name)
+            write(p)
+        p.op(b"u")
+    return p.op(b"u").op(b"b")
+
+
+def pickled_linear(p, first_key="0", out=2, inp=3):
+    return pickled_module(p, "torch.nn.modules.linear", "Linear", [
+        ("weight", dict(storage_cls="FloatStorage", key=first_key, numel=out * inp, offset=0, size=[out, inp])),
+        ("bias", dict(storage_cls="FloatStorage", key=str(int(first_key) + 1), numel=out, offset=0, size=[out]))])
+
+
+def whole_module(write, storages=None):
+    p = P().proto(2)
+    write(p)
+    p.stop()
+    return bytes(checkpoint(pkl=bytes(p.b), storages=storages).finish()[0])
+
+
+def recorded_chain_entries():
+    # TorchScript: a control, then one defect each.
+    ok_body = ["fc = self.fc", "return (fc).forward(x, )"]
+    add("checkpoints/control_ts_chain.pt", torchscript_archive(ts_net_code(ok_body)), "convert", None,
+        "TorchScript Net -> Linear(3, 2), traced-style code: converts with no --graph", ok=True)
+    cases = [
+        ("ts_chain_loop.pt",
+         ["fc = self.fc", "y = (fc).forward(x, )", "for _0 in range(2):", "  y = torch.relu(y)", "return y"],
+         TS_CHAIN + "line 'for _0 in range(2):': a loop (for): the forward is not straight-line code); "
+         "pass --graph, for example --graph \"fc\"", "a for loop in forward"),
+        ("ts_chain_branch.pt",
+         ["fc = self.fc", "y = (fc).forward(x, )", "if bool(torch.gt(torch.sum(y), 0)):", "  y0 = torch.relu(y)",
+          "else:", "  y0 = y", "return y0"],
+         "line 'if bool(torch.gt(torch.sum(y), 0)):': a branch (if)", "a data-dependent branch in forward"),
+        ("ts_chain_unknown_call.pt", ["fc = self.fc", "return torch.cumsum((fc).forward(x, ), 1)"],
+         "a call to 'torch.cumsum', which ferry does not read as a chain element",
+         "an op ferry does not run, applied to the chain"),
+        ("ts_chain_deep_expression.pt",
+         ["return " + "torch.relu(" * 100 + "(self.fc).forward(x, )" + ")" * 100],
+         "cannot be read (expressions nested deeper than 64 levels)", "100 nested calls in one expression"),
+        ("ts_chain_self_binding.pt", ["_0 = _0", "return (self.fc).forward(_0, )"],
+         "module 'fc' (Linear), line 'return torch.linear(input, weight, bias)': torch.linear of the function _0, "
+         "not of a tensor made from the input", "a name bound to itself, then fed to the chain"),
+        ("ts_chain_self_call.pt", ["return (self).forward(x, )"], "module 'root' calls itself",
+         "forward calls its own module's forward"),
+        ("ts_chain_huge_line.pt", ["_1 = [" + "0, " * 6000 + "]", "return (self.fc).forward(x, )"],
+         "a line longer than 16384 characters", "an 18,000-character line in forward"),
+        ("ts_chain_returns_tuple.pt", ["y = (self.fc).forward(x, )", "return (y, y)"],
+         "forward returns a tuple of 2, not one tensor", "forward returns a tuple"),
+    ]
+    for name, body, expect, why in cases:
+        ckpt(name, torchscript_archive(ts_net_code(body)), expect, "TorchScript: " + why)
+    ckpt("ts_chain_bad_signature.pt",
+         torchscript_archive(ts_net_code(ok_body, signature="  def forward(self: __torch__.Net, x: Tensor -> Tensor:\n")),
+         "the signature of forward cannot be read", "TorchScript: a def whose parenthesis never closes")
+
+    # 40 modules each calling the next: refused at 32.
+    def nested(p, depth=40):
+        for _ in range(depth):
+            p.glob("__torch__", "Net").op(b")").op(0x81).op(b"}").mark().str("training").op(0x89).str("fc")
+        ts_linear(p)
+        for _ in range(depth):
+            p.op(b"u").op(b"b")
+    code = ts_net_code(["return (self.fc).forward(x, )"], members="  fc : __torch__.Net\n")
+    ckpt("ts_chain_modules_too_deep.pt", torchscript_archive(code, root=nested),
+         "modules call each other more than 32 deep", "TorchScript: 40 modules, each calling the one inside it")
+
+    # Whole pickled nn.Sequentials.
+    seq = ("torch.nn.modules.container", "Sequential")
+    tanh = lambda p: pickled_module(p, "torch.nn.modules.activation", "Tanh")
+    add("checkpoints/control_seq_whole.pt",
+        whole_module(lambda p: pickled_module(p, *seq, children=[("0", pickled_linear), ("1", tanh)])),
+        "convert", None, "torch.save of nn.Sequential(Linear(3, 2), Tanh()): converts with no --graph as '0 > tanh'",
+        ok=True)
+
+    def lstm(p):
+        def spec(key, size):
+            numel = size[0] * (size[1] if len(size) > 1 else 1)
+            return dict(storage_cls="FloatStorage", key=key, numel=numel, offset=0, size=size)
+        return pickled_module(p, "torch.nn.modules.rnn", "LSTM", [
+            ("weight_ih_l0", spec("2", [8, 3])), ("weight_hh_l0", spec("3", [8, 2])),
+            ("bias_ih_l0", spec("4", [8])), ("bias_hh_l0", spec("5", [8]))])
+    lstm_storages = [("2", f32(*[0.1] * 24)), ("3", f32(*[0.1] * 16)), ("4", f32(*[0.0] * 8)),
+                     ("5", f32(*[0.0] * 8)), ("6", f32(0.5, -0.5, 0.25, 1.0)), ("7", FC_B)]
+    ckpt("seq_lstm_inside.pt",
+         whole_module(lambda p: pickled_module(p, *seq, children=[("0", lstm), ("1", lambda q: pickled_linear(q, "6", 2, 2))]),
+                      storages=lstm_storages),
+         "nn.Sequential child '0' (LSTM): it returns a tuple (output, state), which the next child cannot take",
+         "nn.Sequential(LSTM, Linear): the LSTM's tuple cannot feed the Linear; what the real model does in between "
+         "is a forward the file does not hold")
+    ckpt("seq_user_child.pt",
+         whole_module(lambda p: pickled_module(p, *seq, children=[
+             ("0", pickled_linear), ("1", lambda q: pickled_module(q, "__main__", "TakeLast"))])),
+         "nn.Sequential child '1' (TakeLast): neither a layer ferry runs nor an activation it knows",
+         "a user's weightless module inside a Sequential: its forward is not in the file")
+
+    def cycle(p):
+        p.glob(*seq).op(b")").op(0x81).op(b"q\x00").op(b"}").mark().str("training").op(0x89)
+        p.str("_parameters").ordered_dict().str("_buffers").ordered_dict()
+        p.str("_modules").ordered_dict().mark().str("0").op(b"h\x00").op(b"u")
+        p.op(b"u").op(b"b")
+    ckpt("seq_cycle.pt", whole_module(cycle, storages=[]), "module cycle: submodule '0' (class torch.nn.modules.container.Sequential)",
+         "an nn.Sequential that is its own child")
+
+    def absurd(p, depth=400):
+        for _ in range(depth):
+            p.glob(*seq).op(b")").op(0x81).op(b"}").mark().str("training").op(0x89)
+            p.str("_parameters").ordered_dict().str("_buffers").ordered_dict()
+            p.str("_modules").ordered_dict().mark().str("0")
+        pickled_linear(p)
+        for _ in range(depth):
+            p.op(b"u").op(b"u").op(b"b")
+    ckpt("seq_nested_absurd.pt", whole_module(absurd), "containers nested deeper than the limit of 1000",
+         "400 nn.Sequentials, each the only child of the one around it")
+
+    ckpt("seq_in_user_module.pt",
+         whole_module(lambda p: pickled_module(p, "__main__", "Net", children=[
+             ("seq", lambda q: pickled_module(q, *seq, children=[
+                 ("0", lambda r: pickled_linear(r, "0", 3, 3)), ("1", tanh),
+                 ("2", lambda r: pickled_linear(r, "2", 2, 3))]))]),
+             storages=[("0", f32(*[0.5] * 9)), ("1", f32(0.1, 0.2, 0.3)), ("2", FC_W), ("3", FC_B)]),
+         "pass --graph, for example --graph \"seq.0 > tanh > seq.2\"",
+         "a user module around a Sequential: its forward is not in the file, the suggestion keeps the "
+         "Sequential's own order (Tanh, not a guessed relu)")
+
+
 def model_entries():
     add("models/control_lstm.fb", lstm_model(), "model", None,
         "control: LSTM(3, 4) > last > Linear(4, 2) written by this script", ok=True)
@@ -1964,6 +2170,7 @@ def main():
     safetensors_entries()
     legacy_entries()
     module_entries()
+    recorded_chain_entries()
     model_entries()
     quant_entries()
     op_entries()

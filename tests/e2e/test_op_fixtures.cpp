@@ -1,8 +1,9 @@
 // End to end against PyTorch for the format 1.2 ops (tests/fixtures/ops,
 // made by make_op_fixtures.py with torch): every entry is converted with
-// `ferry convert` (its --graph, or none where the chain is read from
-// TorchScript code), run on every backend this build and machine have (the
-// CPU ones, and cuda where a GPU is visible), and compared
+// `ferry convert` (its --graph and --layout, or no flag at all where the chain
+// is read from TorchScript code, traced or scripted, or from a whole pickled
+// nn.Sequential), run on every backend this build and machine have (the CPU
+// ones, and cuda where a GPU is visible), and compared
 // with PyTorch's output within the entry's tolerance. Causal entries also run
 // step by step (ferry_step), which must equal the whole-sequence run bit for
 // bit; a model whose conv looks ahead must refuse to stream, saying why.
@@ -35,7 +36,7 @@ const std::string kOps = std::string(FERRY_FIXTURES_DIR) + "/ops/";
 
 struct OpFixture {
   std::string name, pt, input, output, form, layout, key;
-  std::optional<std::string> graph;          // null: read from TorchScript
+  std::optional<std::string> graph;          // null: read from the file (TorchScript, a Sequential)
   std::optional<std::string> expect_chain;   // what ferry must print when it reads the chain
   bool causal = false;
   double tolerance = 1e-5;
@@ -94,8 +95,12 @@ ferry::test::CommandResult convert_op(const TempDir& dir, const std::string& nam
                    dir);
 }
 
+// Where ferry reads the chain from the file (graph null), the command has no
+// flag at all: the layout is the file's to say too.
 std::string convert_command(const OpFixture& f, const std::string& fb) {
-  std::string c = "convert " + shell_quote(kOps + f.pt) + " " + shell_quote(fb) + " --layout " + layout_flag(f.layout);
+  std::string c = "convert " + shell_quote(kOps + f.pt) + " " + shell_quote(fb);
+  if (!f.graph) return c;
+  c += " --layout " + layout_flag(f.layout);
   auto given = kGroupsGiven.find(f.name);
   if (given != kGroupsGiven.end()) c += " --graph " + shell_quote(given->second);
   else if (f.graph) c += " --graph " + shell_quote(*f.graph);

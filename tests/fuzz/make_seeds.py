@@ -15,11 +15,16 @@ from tests/fixtures and tests/bad):
                   (the real torch 2.11 exports of fixtures/torch2_forms, those
                   of fixtures/pt2, and the catalogue's .pt2 files in the 2.9+
                   layout)
+  seeds/script_chain/ for fuzz_script_chain: byte 0 the base archive (its
+                  kBases index), then the root's forward as code/ holds it and,
+                  per other module, "\n#--- PATH\n" and its forward: the code
+                  torch wrote, and a few variations of it
 
     /usr/bin/python3 tests/fuzz/make_seeds.py
 """
 
 import os
+import pickletools
 import struct
 import zipfile
 
@@ -102,6 +107,67 @@ def main():
             for backend, name in ((1, "auto"), (2, "simd"), (3, "xnnpack")):
                 write("inputs", "model%d_ordinary_batch%d_%s" % (model, batch + 1, name),
                       bytes([model, batch, backend]) + struct.pack("<%df" % len(ordinary), *ordinary))
+    script_chain_seeds()
+
+
+# fuzz_script_chain.cpp's kBases, in order.
+SCRIPT_BASES = ["torch2_forms/traced_ts.pt", "torch2_forms/scripted_ts.pt", "ops/ts_traced_crnn.pt",
+                "ops/ts_traced_inplace_residual.pt", "ops/ts_scripted_transposed_time_major.pt",
+                "torch2_forms/seq_whole.pt"]
+
+
+def code_classes(z):
+    """qualified class name -> (members {name: class}, forward lines) from code/."""
+    classes = {}
+    for name in z.namelist():
+        parts = name.split("/", 1)[1]
+        if not parts.startswith("code/") or not parts.endswith(".py"):
+            continue
+        module = parts[len("code/"):-len(".py")].replace("/", ".")
+        current, forward = None, False
+        for line in z.read(name).decode().split("\n"):
+            if line.startswith("class "):
+                current = module + "." + line[6:].split("(")[0].split(":")[0].strip()
+                classes[current] = ({}, [])
+                forward = False
+            elif current and line.startswith("  ") and not line.startswith("   "):
+                forward = line.startswith("  def forward(")
+                if " : __torch__." in line:
+                    member, cls = line.strip().split(" : ", 1)
+                    classes[current][0][member] = cls
+            if current and forward and line.startswith(" "):
+                classes[current][1].append(line)
+    return classes
+
+
+def script_chain_seeds():
+    fixtures = os.path.join(HERE, "..", "fixtures")
+    for index, base in enumerate(SCRIPT_BASES):
+        stem = os.path.basename(base)[:-3]
+        with zipfile.ZipFile(os.path.join(fixtures, base)) as z:
+            classes = code_classes(z)
+            if not classes:  # a pickled module: its own objects, no code
+                write("script_chain", stem, bytes([index]))
+                continue
+            pkl = [n for n in z.namelist() if n.endswith("/data.pkl")][0]
+            root = next(arg for op, arg, _ in pickletools.genops(z.read(pkl)) if op.name == "GLOBAL")
+            root = root.replace(" ", ".")
+        parts, todo = [], [("", root)]
+        while todo:
+            path, cls = todo.pop(0)
+            members, forward = classes.get(cls, ({}, []))
+            parts.append((path, "\n".join(forward)))
+            todo += [((path + "." if path else "") + m, c) for m, c in members.items()]
+        text = parts[0][1] + "".join("\n#--- " + p + "\n" + f for p, f in parts[1:] if f)
+        write("script_chain", stem, bytes([index]) + text.encode())
+        # Variations: the root's lines one at a time turned into a loop, a branch, an unknown call.
+        root_lines = parts[0][1].split("\n")
+        for k, line in enumerate(root_lines[2:], start=2):
+            for tag, new in (("loop", "    for _9 in range(2):"), ("branch", "    if bool(_9):"),
+                             ("call", line.replace("torch.", "torch.cumsum_", 1))):
+                varied = root_lines[:k] + [new] + root_lines[k + (tag == "call"):]
+                write("script_chain", "%s_%s_%d" % (stem, tag, k),
+                      bytes([index]) + "\n".join(varied).encode())
 
 
 if __name__ == "__main__":

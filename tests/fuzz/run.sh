@@ -22,7 +22,7 @@ root=$PWD
 [ $# -ge 1 ] && [[ "$1" =~ ^[0-9]+$ ]] || { echo "usage: tests/fuzz/run.sh SECONDS [TARGET...]" >&2; exit 2; }
 seconds=$1
 shift
-all_targets=(zip pickle checkpoint legacy safetensors model_load model_run inputs npy dcp pt2)
+all_targets=(zip pickle checkpoint legacy safetensors model_load model_run inputs npy dcp pt2 script_chain)
 if [ $# -gt 0 ]; then targets=("$@"); else targets=("${all_targets[@]}"); fi
 build=$(realpath -m "${FERRY_FUZZ_BUILD:-build-fuzz}")
 nice_level=${FERRY_FUZZ_NICE:-0}
@@ -64,6 +64,7 @@ copy_seeds inputs "$root"/tests/fuzz/seeds/inputs/*
 copy_seeds npy "$fixtures"/*.npy
 copy_seeds dcp "$root"/tests/fixtures/torch2_forms/dcp_*/.metadata "$bad"/checkpoints/dcp_*/.metadata
 copy_seeds pt2 "$root"/tests/fuzz/seeds/pt2/*
+copy_seeds script_chain "$root"/tests/fuzz/seeds/script_chain/*
 # Models: fixtures converted by this build's CLI (with self-test vectors),
 # and the catalogue's model files.
 mkdir -p "$seeds/models"
@@ -105,6 +106,7 @@ dict_for() {
     model_load | model_run | inputs) echo "$root/tests/fuzz/dict/model.dict" ;;
     npy) echo "$root/tests/fuzz/dict/npy.dict" ;;
     pt2) echo "$root/tests/fuzz/dict/pt2.dict" ;;
+    script_chain) echo "$root/tests/fuzz/dict/script.dict" ;;
   esac
 }
 max_len_for() {

@@ -15,6 +15,7 @@
 #include "error.h"
 #include "io/sha256.h"
 #include "io/zip_reader.h"
+#include "mapping/wrapper_prefixes.h"
 
 namespace ferry::conv {
 namespace {
@@ -84,6 +85,13 @@ Checkpoint read_file(const MappedFile& file, const LoadOptions& options) {
 }
 
 }  // namespace
+
+const ModuleObject* Checkpoint::module_object(const std::string& path) const {
+  const std::string wanted = strip_wrapper_prefixes(path);
+  for (const ModuleObject& m : module_objects)
+    if (m.path == wanted) return &m;
+  return nullptr;
+}
 
 Checkpoint load_checkpoint(const MappedFile& file, const LoadOptions& options) {
   Checkpoint c = read_file(file, options);

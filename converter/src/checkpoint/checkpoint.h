@@ -11,6 +11,7 @@
 // distributed checkpoint directory (dcp.h).
 #pragma once
 
+#include <cstddef>
 #include <map>
 #include <memory>
 #include <string>
@@ -23,6 +24,24 @@
 namespace ferry::conv {
 
 struct ExportGraph;  // checkpoint/export_graph.h
+
+// TorchScript code/ lines are kept up to this many characters; a longer line
+// is cut to kMaxScriptLine + 1, so that a reader can tell it was cut.
+constexpr size_t kMaxScriptLine = size_t{1} << 14;
+
+// One module object of a whole pickled module or a TorchScript archive.
+struct ModuleObject {
+  std::string path;        // "" for the root, else "encoder.rnn" (wrapper prefixes stripped)
+  std::string class_name;  // qualified: "torch.nn.modules.container.Sequential",
+                           // "__torch__.torch.nn.modules.rnn.___torch_mangle_4.GRU"
+  // TorchScript only: the `def forward(...)` of its class in code/, as text
+  // (never run), and whether the class declares Final constants (a scripted
+  // torch.nn module records its hyper-parameters so; a traced one does not:
+  // its forward holds them as call arguments instead).
+  std::vector<std::string> forward;
+  std::string code_record;  // the code/ record holding it ("archive/code/__torch__.py"), for messages
+  bool final_constants = false;
+};
 
 struct Checkpoint {
   // The file or directory it was read from, as given (messages name it).
@@ -45,13 +64,19 @@ struct Checkpoint {
   // modules and TorchScript archives record them; safetensors records its
   // __metadata__ as "__metadata__.<key>". Empty for a bare state dict.
   std::map<std::string, std::string> attributes;
-  // TorchScript: the root module's `forward` as its code/ text (never run;
-  // mapping/script_chain.h reads a layer chain from it). Empty otherwise.
-  std::vector<std::string> script_forward;
+  // Whole pickled modules and TorchScript archives: every module object,
+  // depth first from the root (path ""), each module's children in the order
+  // it holds them (its _modules order: an nn.Sequential's call order). Empty
+  // for a state dict. mapping/script_chain.h and mapping/sequential_chain.h
+  // read a layer chain from them.
+  std::vector<ModuleObject> module_objects;
   // torch.export archives (.pt2): the ATen graph the file records, read and
   // checked (checkpoint/export_graph.h; mapping/export_chain.h reads the
   // layer chain from it). Null for every other form.
   std::shared_ptr<const ExportGraph> export_graph;
+
+  // The module object at `path` (wrapper prefixes stripped), or null.
+  const ModuleObject* module_object(const std::string& path) const;
 };
 
 // The key of hyper-parameter `name` of the module at `module_path` ("" for

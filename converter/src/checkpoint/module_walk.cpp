@@ -47,7 +47,7 @@ bool is_hyperparameter(std::string_view name) {
       // normalisations
       "eps", "num_features", "affine", "track_running_stats", "normalized_shape", "elementwise_affine",
       // activations
-      "negative_slope", "alpha", "min_val", "max_val", "approximate", "num_parameters", "dim",
+      "negative_slope", "alpha", "min_val", "max_val", "approximate", "num_parameters", "dim", "inplace",
       // Embedding
       "num_embeddings", "embedding_dim", "max_norm"};
   for (std::string_view n : kNames)
@@ -105,10 +105,15 @@ void record_hyperparameters(const Value* attributes, const std::string& module_p
   }
 }
 
-void record_class(const Value* object, const std::string& module_path, Checkpoint& out) {
+ModuleObject& record_class(const Value* object, const std::string& module_path, Checkpoint& out) {
   const std::string name = object->qualified_name();
   const size_t dot = name.rfind('.');
   out.attributes[attribute_key(module_path, kClassAttribute)] = dot == std::string::npos ? name : name.substr(dot + 1);
+  ModuleObject m;
+  m.path = strip_wrapper_prefixes(module_path);
+  m.class_name = name;
+  out.module_objects.push_back(std::move(m));
+  return out.module_objects.back();
 }
 
 namespace {

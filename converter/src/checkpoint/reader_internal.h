@@ -195,8 +195,9 @@ bool is_hyperparameter(std::string_view name);
 // `nonlinearity`.
 void record_hyperparameters(const Value* attributes, const std::string& module_path, Checkpoint& out);
 // Records the class of a module object (the last part of its qualified name)
-// as its kClassAttribute.
-void record_class(const Value* object, const std::string& module_path, Checkpoint& out);
+// as its kClassAttribute, and appends the object to out.module_objects (the
+// walkers call it in depth-first order), returning that entry.
+ModuleObject& record_class(const Value* object, const std::string& module_path, Checkpoint& out);
 // Same for one attribute given as text (TorchScript Final constants).
 void record_hyperparameter(const std::string& module_path, const std::string& name,
                            const std::string& value, Checkpoint& out);

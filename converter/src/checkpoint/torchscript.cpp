@@ -38,14 +38,17 @@ constexpr size_t kMaxCodeTotal = size_t{64} << 20;   // all of them together
 constexpr size_t kMaxClasses = size_t{1} << 16;
 constexpr size_t kMaxObjectVisits = size_t{1} << 16;
 constexpr size_t kMaxScanned = size_t{1} << 22;      // container values scanned for tensors
+constexpr size_t kMaxForwardLines = 4096;           // lines of one class's forward kept (more: cut, so no return)
 
 // What code/ says about one class.
 struct ClassInfo {
   std::string base;  // "Module" for modules
   std::vector<std::pair<std::string, std::string>> finals;  // hyper-parameters, as attribute text
   bool has_parameters = false, has_buffers = false;
+  bool any_final = false;  // declares a Final constant, a hyper-parameter or not
   std::vector<std::string> parameters, buffers;
   std::vector<std::string> forward;  // the lines of `def forward(...)`, as text
+  std::string record;                // the code/ record that defines the class
 };
 using ClassTable = std::unordered_map<std::string, ClassInfo>;
 
@@ -136,7 +139,8 @@ bool parse_name_list(std::string_view v, std::vector<std::string>* out) {
 
 // Reads the class headers and two-space-indented class-body declarations of
 // one code/ file. Method bodies (deeper indentation) are skipped.
-void parse_code(const std::string& qualifier, std::string_view text, const std::string& where, ClassTable& classes) {
+void parse_code(const std::string& qualifier, std::string_view text, const std::string& where,
+                const std::string& record, ClassTable& classes) {
   ClassInfo* current = nullptr;
   bool in_forward = false;
   size_t start = 0;
@@ -149,8 +153,8 @@ void parse_code(const std::string& qualifier, std::string_view text, const std::
     if (current && line.size() > 2 && line[0] == ' ' && line[1] == ' ' && line[2] != ' ') {
       in_forward = starts_with(line.substr(2), "def forward(");
     }
-    if (current && in_forward && line[0] == ' ' && current->forward.size() < 4096) {
-      current->forward.emplace_back(line.substr(0, 4096));
+    if (current && in_forward && line[0] == ' ' && current->forward.size() < kMaxForwardLines) {
+      current->forward.emplace_back(line.substr(0, kMaxScriptLine + 1));
     }
     if (line[0] != ' ') {
       current = nullptr;
@@ -170,6 +174,7 @@ void parse_code(const std::string& qualifier, std::string_view text, const std::
         throw Error(where + ": more than " + std::to_string(kMaxClasses) + " classes in code/");
       current = &classes[qualname];
       current->base = std::string(base);
+      current->record = record;
       continue;
     }
     if (!current || line.size() < 3 || line[1] != ' ' || line[2] == ' ') continue;
@@ -189,7 +194,9 @@ void parse_code(const std::string& qualifier, std::string_view text, const std::
     if (colon == std::string_view::npos) continue;
     const std::string_view name = stmt.substr(0, colon);
     std::string_view rest = stmt.substr(colon + 3);
-    if (!is_identifier(name) || !is_hyperparameter(name) || !starts_with(rest, "Final[")) continue;
+    if (!is_identifier(name) || !starts_with(rest, "Final[")) continue;
+    current->any_final = true;
+    if (!is_hyperparameter(name)) continue;
     size_t depth = 0, i = 5;
     for (; i < rest.size(); ++i) {
       if (rest[i] == '[') ++depth;
@@ -217,7 +224,7 @@ ClassTable read_code(const ZipReader& zip) {
     const std::vector<uint8_t> text = zip.extract(e, kMaxCodeRecord);
     total += text.size();
     parse_code(qualifier, std::string_view(reinterpret_cast<const char*>(text.data()), text.size()),
-               zip.describe(e), classes);
+               zip.describe(e), e.name, classes);
   }
   return classes;
 }
@@ -284,7 +291,12 @@ class Walker {
       return;
     }
     record_hyperparameters(state, path, out_);
-    record_class(object, path, out_);
+    ModuleObject& recorded = record_class(object, path, out_);
+    if (info) {
+      recorded.forward = info->forward;
+      recorded.code_record = info->record;
+      recorded.final_constants = info->any_final;
+    }
 
     // Own parameters and buffers first, as state_dict() orders them.
     std::unordered_set<std::string> own;
@@ -405,7 +417,6 @@ Checkpoint read_torchscript(const ZipReader& zip, const std::string& path, const
   out.form = "TorchScript archive (" + tree.root->qualified_name() + ")";
   TensorCollector collect(path, table, out);
   Walker(path, classes, collect, out).run(tree.root);
-  if (auto root = classes.find(tree.root->qualified_name()); root != classes.end()) out.script_forward = root->second.forward;
   read_constants(zip, path, big_endian, out);
   return out;
 }

@@ -283,7 +283,7 @@ std::string format_graph(const std::vector<GraphElement>& chain) {
   return s;
 }
 
-std::vector<GraphElement> infer_graph(const ModuleSet& set) {
+std::vector<GraphElement> infer_graph(const ModuleSet& set, const std::vector<GraphElement>& order) {
   if (set.modules.empty()) {
     throw Error("the checkpoint holds no Linear, LSTM, GRU or RNN layer to convert");
   }
@@ -303,21 +303,31 @@ std::vector<GraphElement> infer_graph(const ModuleSet& set) {
   }
   if (!ambiguous) return chain;
 
-  // Suggest the common shape: recurrent > last > linear ... (widths permitting).
+  // Suggest the common shape: recurrent > last > linear ... (widths
+  // permitting), keeping the activations the file places between modules.
   std::vector<GraphElement> suggestion;
   bool taken_last = false;
   std::string listing;
-  for (size_t i = 0; i < set.modules.size(); ++i) {
-    const Module& m = set.modules[i];
-    listing += (listing.empty() ? " " : ", ") + m.path + " " + m.describe();
-    if (i > 0 && m.type == ModuleType::Linear && set.modules[i - 1].type == ModuleType::Recurrent &&
-        !taken_last) {
+  for (const Module& m : set.modules) listing += (listing.empty() ? " " : ", ") + m.path + " " + m.describe();
+  const std::vector<GraphElement>& elements = order.empty() ? chain : order;
+  const Module* prev = nullptr;
+  bool between = false;  // an element since `prev`
+  for (const GraphElement& e : elements) {
+    const Module* m = e.op == OpKind::Module ? set.find(e.module.empty() ? kRootModuleName : e.module) : nullptr;
+    if (!m) {
+      suggestion.push_back(e);
+      between = true;
+      continue;
+    }
+    if (prev && m->type == ModuleType::Linear && prev->type == ModuleType::Recurrent && !taken_last) {
       suggestion.push_back(builtin(OpKind::Last));
       taken_last = true;
-    } else if (i > 0 && m.type == ModuleType::Linear && set.modules[i - 1].type == ModuleType::Linear) {
+    } else if (prev && !between && m->type == ModuleType::Linear && prev->type == ModuleType::Linear) {
       suggestion.push_back(builtin(OpKind::ReLU));
     }
-    suggestion.push_back(chain[i]);
+    suggestion.push_back(e);
+    prev = m;
+    between = false;
   }
   throw Error("cannot infer the layer chain: a state dict does not record what sits between "
               "modules (the last time step or every step, activations); modules in state-dict order:" +

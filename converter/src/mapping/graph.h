@@ -60,7 +60,10 @@ std::string format_graph(const std::vector<GraphElement>& chain);
 // inferred: one module, or recurrent modules stacked directly. Whenever the
 // state dict cannot say what sits between modules (`last` or not, an
 // activation between Linear layers), throws an Error that lists the modules
-// and suggests the --graph to pass.
-std::vector<GraphElement> infer_graph(const ModuleSet& modules);
+// and suggests the --graph to pass. `order`, where the file records module
+// objects (mapping/sequential_chain.h, recorded_order), is the modules in the
+// file's order with the activations an nn.Sequential holds between them: the
+// suggestion keeps those instead of guessing a relu.
+std::vector<GraphElement> infer_graph(const ModuleSet& modules, const std::vector<GraphElement>& order = {});
 
 }  // namespace ferry::conv

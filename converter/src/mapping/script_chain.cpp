@@ -1,285 +1,1084 @@
 #include "mapping/script_chain.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
 #include <map>
 #include <memory>
+#include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "error.h"
 #include "mapping/graph.h"
+#include "mapping/script_syntax.h"
+#include "mapping/wrapper_prefixes.h"
 
 namespace ferry::conv {
 namespace {
 
-std::string trim(const std::string& s) {
-  const size_t b = s.find_first_not_of(" \t");
-  if (b == std::string::npos) return "";
-  return s.substr(b, s.find_last_not_of(" \t\r") - b + 1);
+using script::Expr;
+using script::Statement;
+
+constexpr size_t kMaxChainElements = 4096;
+constexpr size_t kMaxValueParts = 256;  // a tuple or list, nested ones counted
+
+// The ops from the input to a value, shared: values made from one another
+// share the start of their chains, and copying a value copies a pointer.
+struct ChainNode {
+  GraphElement element;
+  std::shared_ptr<const ChainNode> prev;
+  size_t length = 0;
+};
+using Chain = std::shared_ptr<const ChainNode>;
+
+size_t length_of(const Chain& c) { return c ? c->length : 0; }
+
+std::vector<GraphElement> elements_of(Chain c) {
+  std::vector<GraphElement> out(length_of(c));
+  for (size_t i = out.size(); c; c = c->prev) out[--i] = c->element;
+  return out;
 }
 
 // A value of the forward code, as far as the chain is concerned.
 struct Val {
-  enum Kind { kTensor, kModule, kTuple, kFunction, kLiteral } kind = kLiteral;
-  std::vector<GraphElement> chain;  // kTensor: the ops from the input to it
-  bool hidden = false;              // kTensor: a recurrent module's final state h_n
-  std::string text;                 // kModule: path; kFunction: name; kLiteral: as written
-  std::vector<Val> items;           // kTuple
+  enum Kind {
+    kOpaque,    // not needed by the chain (a shape, a device); `text` says what, in case it is used
+    kTensor,    // on the chain: `chain` made it from the input
+    kZeros,     // torch.zeros(...): an initial state
+    kModule,    // `text`: the module's path
+    kParam,     // a parameter or buffer: `owner` module path, `text` its name
+    kTuple,
+    kList,
+    kFunction,  // `text`: qualified name ("torch.relu", "__torch__.torch.nn.functional.relu")
+    kLiteral,   // `text` as written; `string` for a string constant
+  };
+  Kind kind = kOpaque;
+  std::string text, owner;
+  bool string = false;
+  Chain chain;                      // kTensor (null: the input itself)
+  Axes axes;                        // kTensor
+  std::string hidden;               // kTensor: h_n of this recurrent module (not a sequence)
+  unsigned id = 0;                  // kTensor: the storage it views (in-place ops update every alias)
+  bool partial = false;             // kTensor: a view of part of another (the last step)
+  std::vector<Val> items;           // kTuple / kList
+  size_t parts = 1;                 // this value and the items in it, nested ones counted
+
+  static Val opaque(std::string what) {
+    Val v;
+    v.text = std::move(what);
+    return v;
+  }
+  static Val literal(std::string t, bool is_string = false) {
+    Val v;
+    v.kind = kLiteral;
+    v.text = std::move(t);
+    v.string = is_string;
+    return v;
+  }
+  static Val of(Kind k, std::string t = "") {
+    Val v;
+    v.kind = k;
+    v.text = std::move(t);
+    return v;
+  }
+  bool is_none() const { return kind == kLiteral && !string && text == "None"; }
 };
+
+// "1", "-1" -> the integer; nullopt for anything else.
+std::optional<long long> integer_of(const Val& v) {
+  if (v.kind != Val::kLiteral || v.string || v.text.empty()) return std::nullopt;
+  errno = 0;
+  char* end = nullptr;
+  const long long n = std::strtoll(v.text.c_str(), &end, 10);
+  if (*end != '\0' || errno != 0) return std::nullopt;
+  return n;
+}
+
+std::optional<double> number_of(const Val& v) {
+  if (v.kind != Val::kLiteral || v.string || v.text.empty()) return std::nullopt;
+  char* end = nullptr;
+  const double x = std::strtod(v.text.c_str(), &end);
+  if (*end != '\0' || !std::isfinite(x)) return std::nullopt;
+  return x;
+}
+
+std::optional<bool> bool_of(const Val& v) {
+  if (v.kind == Val::kLiteral && !v.string && (v.text == "True" || v.text == "False")) return v.text == "True";
+  return std::nullopt;
+}
+
+// [3] / (3,) / 3 -> 3.
+std::optional<long long> single_int(const Val& v) {
+  if ((v.kind == Val::kList || v.kind == Val::kTuple) && v.items.size() == 1) return integer_of(v.items[0]);
+  return integer_of(v);
+}
+
+std::string join(const std::string& path, const std::string& name) { return path.empty() ? name : path + "." + name; }
+std::string shown(const std::string& path) { return path.empty() ? kRootModuleName : path; }
+
+// What a torch.nn.functional function is, when its arguments are the ATen op's.
+std::string canonical(const std::string& fn) {
+  for (const char* prefix : {"__torch__.torch.nn.functional.", "torch.nn.functional.", "F."}) {
+    const std::string p = prefix;
+    if (fn.compare(0, p.size(), p) == 0) return "F." + fn.substr(p.size());
+  }
+  return fn;
+}
 
 class Reader {
  public:
-  Reader(const Checkpoint& c, const ModuleSet& m) : checkpoint_(c), modules_(m) {}
+  Reader(const Checkpoint& c, const ModuleSet& m) : checkpoint_(c), modules_(m) {
+    for (size_t i = 0; i < c.module_objects.size(); ++i) objects_.emplace(c.module_objects[i].path, i);
+    for (const TensorRef& t : c.tensors) tensors_.insert(strip_wrapper_prefixes(t.name));
+  }
 
-  std::string run() {
-    const std::vector<std::string>& lines = checkpoint_.script_forward;
-    if (lines.empty()) throw Error("no forward code");
-    // def forward(self: ..., \n    x: Tensor) -> Tensor:   the input is the parameter after self.
-    std::string signature;
-    size_t i = 0;
-    for (; i < lines.size(); ++i) {
-      signature += lines[i];
-      if (trim(lines[i]).back() == ':' && signature.find(')') != std::string::npos) break;
+  RecordedChain run() {
+    const ModuleObject& root = checkpoint_.module_objects.at(0);
+    Val input;
+    input.kind = Val::kTensor;
+    input.axes = axes_.input();
+    input.id = ++ids_;
+    // A scripted torch.nn module saved alone (nn.Conv1d) is what its class computes.
+    Args in;
+    in.pos.push_back(input);
+    Val out = is_torch_nn(root) && root.final_constants ? class_semantics(root, in) : interpret(root, {input}, {}, true);
+    line_.clear();
+    if (out.kind != Val::kTensor) fail("forward returns " + what(out) + ", not one tensor");
+    if (!out.hidden.empty()) fail("forward returns the final state h_n of '" + shown(out.hidden) + "' as a whole");
+    if (!out.chain) fail("forward returns its input");
+    if (!axes_.require_output(out.axes)) {
+      fail("forward returns a sequence whose axes are not in the input's order (ferry writes a sequence in its "
+           "input's layout)");
     }
-    const size_t self = signature.find("self");
-    const size_t comma = signature.find(',', self);
-    if (self == std::string::npos || comma == std::string::npos) throw Error("forward takes no input besides self");
-    std::string input = trim(signature.substr(comma + 1));
-    input = input.substr(0, input.find_first_of(":,)"));
-    vars_[trim(input)] = Val{Val::kTensor, {}, false, "", {}};
-    for (++i; i < lines.size(); ++i) {
-      const std::string line = trim(lines[i]);
-      if (line.empty()) continue;
-      line_ = line;
-      if (line.rfind("return ", 0) == 0) {
-        const Val v = expr(line.substr(7));
-        if (v.kind != Val::kTensor || v.hidden) fail("the return value is not one tensor on the chain");
-        if (v.chain.empty()) fail("forward returns its input");
-        return format_graph(v.chain);
-      }
-      const size_t eq = line.find(" = ");
-      if (eq == std::string::npos || line.rfind("for ", 0) == 0 || line.rfind("if ", 0) == 0) {
-        fail("not a straight-line assignment");
-      }
-      std::string lhs = trim(line.substr(0, eq));
-      if (lhs.find(':') != std::string::npos) lhs = trim(lhs.substr(0, lhs.find(':')));  // `h : T = ...`
-      const Val v = expr(line.substr(eq + 3));
-      if (lhs.find(',') == std::string::npos) {
-        vars_[lhs] = v;
-        continue;
-      }
-      std::vector<std::string> names;
-      size_t p = 0;
-      while (p < lhs.size()) {
-        size_t c = lhs.find(',', p);
-        if (c == std::string::npos) c = lhs.size();
-        const std::string n = trim(lhs.substr(p, c - p));
-        if (!n.empty()) names.push_back(n);
-        p = c + 1;
-      }
-      if (v.kind != Val::kTuple || v.items.size() != names.size()) fail("unpacks a value that is not a matching tuple");
-      for (size_t k = 0; k < names.size(); ++k) vars_[names[k]] = v.items[k];
-    }
-    fail("no return");
+    RecordedChain r;
+    r.graph = format_graph(elements_of(out.chain));
+    r.layout = axes_.decided();
+    return r;
   }
 
  private:
+  struct Frame {
+    std::string path;  // whose forward
+    std::map<std::string, Val> vars;
+  };
+
+  // ---------------------------------------------------------------- errors --
   [[noreturn]] void fail(const std::string& why) const {
-    throw Error("line '" + line_.substr(0, 120) + "': " + why);
+    std::string where;
+    if (!frames_.empty()) {
+      auto it = objects_.find(frames_.back().path);
+      const std::string& record = it == objects_.end() ? std::string() : checkpoint_.module_objects[it->second].code_record;
+      if (!record.empty()) where = "record '" + record + "', ";
+      if (!frames_.back().path.empty())
+        where += "module '" + frames_.back().path + "' (" + class_of(frames_.back().path) + "), ";
+    }
+    if (!line_.empty()) where += "line '" + line_.substr(0, 120) + (line_.size() > 120 ? "...'" : "'") + ": ";
+    throw Error(where + why);
   }
 
-  // Splits "a, b, )" style argument text at top-level commas.
-  std::vector<std::string> split_args(const std::string& s) const {
-    std::vector<std::string> out;
-    int depth = 0;
-    std::string cur;
-    for (char c : s) {
-      if (c == '(' || c == '[') ++depth;
-      if (c == ')' || c == ']') --depth;
-      if (c == ',' && depth == 0) {
-        if (!trim(cur).empty()) out.push_back(trim(cur));
-        cur.clear();
+  std::string class_of(const std::string& path) const {
+    auto it = objects_.find(path);
+    if (it == objects_.end()) return "?";
+    const std::string& q = checkpoint_.module_objects[it->second].class_name;
+    return q.substr(q.rfind('.') == std::string::npos ? 0 : q.rfind('.') + 1);
+  }
+
+  static std::string what(const Val& v) {
+    switch (v.kind) {
+      case Val::kOpaque: return v.text;
+      case Val::kTensor: return v.hidden.empty() ? "a tensor" : "the final state h_n of '" + shown(v.hidden) + "'";
+      case Val::kZeros: return "zeros";
+      case Val::kModule: return "module '" + shown(v.text) + "'";
+      case Val::kParam: return "parameter '" + join(v.owner, v.text) + "'";
+      case Val::kTuple: return "a tuple of " + std::to_string(v.items.size());
+      case Val::kList: return "a list of " + std::to_string(v.items.size());
+      case Val::kFunction: return "the function " + v.text.substr(0, 80);
+      case Val::kLiteral: return "the constant " + v.text.substr(0, 40);
+    }
+    return "?";
+  }
+
+  void step() {
+    if (++steps_ > kMaxScriptSteps) fail("reading takes more than " + std::to_string(kMaxScriptSteps) + " steps");
+  }
+
+  // ------------------------------------------------------------ functions --
+  // Reads `object`'s forward with `args` bound to its parameters after self.
+  Val interpret(const ModuleObject& object, std::vector<Val> args, std::map<std::string, Val> keywords, bool root) {
+    if (frames_.size() >= kMaxScriptCallDepth)
+      fail("modules call each other more than " + std::to_string(kMaxScriptCallDepth) + " deep");
+    for (const Frame& f : frames_)
+      if (f.path == object.path && !root) fail("module '" + shown(object.path) + "' calls itself");
+    const Parsed& fn = parsed(object);
+    if (fn.parameters.empty()) fail("forward of '" + shown(object.path) + "' takes no self");
+    Frame frame;
+    frame.path = object.path;
+    frame.vars[fn.parameters[0].name] = Val::of(Val::kModule, object.path);
+    for (size_t i = 1; i < fn.parameters.size(); ++i) {
+      const script::Parameter& p = fn.parameters[i];
+      Val v;
+      if (i - 1 < args.size()) {
+        v = std::move(args[i - 1]);
+      } else if (auto k = keywords.find(p.name); k != keywords.end()) {
+        v = std::move(k->second);
+        keywords.erase(k);
+      } else if (p.has_default) {
+        v = literal_expr(p.default_value);
+      } else if (root) {
+        v = Val::opaque("forward's second input '" + p.name + "'");
       } else {
-        cur += c;
+        fail("calls the forward of '" + shown(object.path) + "' without its argument '" + p.name + "'");
+      }
+      frame.vars[p.name] = std::move(v);
+    }
+    if (args.size() + 1 > fn.parameters.size())
+      fail("calls the forward of '" + shown(object.path) + "' with " + std::to_string(args.size()) + " arguments");
+    if (!keywords.empty()) fail("calls the forward of '" + shown(object.path) + "' with the unknown argument '" +
+                                keywords.begin()->first + "'");
+
+    const std::string caller_line = line_;
+    frames_.push_back(std::move(frame));
+    for (const auto& [text, st] : fn.body) {
+      line_ = text;
+      switch (st.kind) {
+        case Statement::kOther: fail(st.why);
+        case Statement::kReturn: {
+          Val v = eval(st.value);
+          frames_.pop_back();
+          line_ = caller_line;
+          return v;
+        }
+        case Statement::kExpression: (void)eval(st.value); break;
+        case Statement::kAssign: {
+          Val v = eval(st.value);
+          if (st.targets.size() == 1) {
+            frames_.back().vars[st.targets[0]] = std::move(v);
+            break;
+          }
+          if (v.kind == Val::kOpaque) {
+            for (const std::string& t : st.targets) frames_.back().vars[t] = v;
+            break;
+          }
+          if ((v.kind != Val::kTuple && v.kind != Val::kList) || v.items.size() != st.targets.size())
+            fail("unpacks " + what(v) + " into " + std::to_string(st.targets.size()) + " names");
+          for (size_t k = 0; k < st.targets.size(); ++k) frames_.back().vars[st.targets[k]] = std::move(v.items[k]);
+          break;
+        }
       }
     }
-    if (!trim(cur).empty()) out.push_back(trim(cur));
-    return out;
+    fail("forward of '" + shown(object.path) + "' has no return statement (in the lines kept)");
   }
 
-  Val tensor_arg(const std::vector<std::string>& args, size_t i, const char* what) {
-    if (args.size() <= i) fail(std::string(what) + " without its argument");
-    Val v = expr(args[i]);
-    if (v.kind != Val::kTensor) fail(std::string(what) + " of something other than a tensor on the chain");
-    return v;
+  // A forward, parsed once however often it is called.
+  struct Parsed {
+    std::vector<script::Parameter> parameters;
+    std::vector<std::pair<std::string, Statement>> body;  // each line and what it says
+  };
+
+  const Parsed& parsed(const ModuleObject& object) {
+    auto it = functions_.find(object.path);
+    if (it != functions_.end()) return *it->second;
+    script::Function f;
+    try {
+      f = script::parse_function(object.forward);
+    } catch (const Error& e) {
+      fail(std::string("module '") + shown(object.path) + "': " + e.what());
+    }
+    auto p = std::make_unique<Parsed>();
+    p->parameters = std::move(f.parameters);
+    for (std::string& line : f.body) {
+      Statement st = script::parse_statement(line);
+      p->body.emplace_back(std::move(line), std::move(st));
+    }
+    return *functions_.emplace(object.path, std::move(p)).first->second;
   }
 
-  static Val with(Val v, OpKind op) {
+  // A parameter default: a constant.
+  Val literal_expr(const Expr& e) {
+    if (e.kind == Expr::kName || e.kind == Expr::kNumber) return Val::literal(e.text);
+    if (e.kind == Expr::kString) return Val::literal(e.text, true);
+    return Val::opaque("a default value");
+  }
+
+  // -------------------------------------------------------------- values --
+  Val eval(const Expr& e) {
+    step();
+    switch (e.kind) {
+      case Expr::kNumber: return Val::literal(e.text);
+      case Expr::kString: return Val::literal(e.text, true);
+      case Expr::kName: {
+        auto& vars = frames_.back().vars;
+        if (auto it = vars.find(e.text); it != vars.end()) return it->second;
+        if (e.text == "True" || e.text == "False" || e.text == "None") return Val::literal(e.text);
+        return Val::of(Val::kFunction, e.text);  // a global: torch, ops, __torch__, annotate, ...
+      }
+      case Expr::kTuple: case Expr::kList: {
+        Val v = Val::of(e.kind == Expr::kTuple ? Val::kTuple : Val::kList);
+        for (const Expr& item : e.items) add_item(v, eval(item));
+        return v;
+      }
+      case Expr::kAttribute: {
+        const Val base = eval(e.items[0]);
+        if (base.kind == Val::kFunction) return Val::of(Val::kFunction, base.text + "." + e.text);
+        if (base.kind == Val::kModule) return member(base.text, e.text);
+        return Val::opaque("attribute '" + e.text + "' of " + what(base));
+      }
+      case Expr::kSubscript: return subscript(e);
+      case Expr::kSlice: fail("a slice outside a subscript");
+      case Expr::kCall: return call(e);
+    }
+    fail("an expression ferry does not read");
+  }
+
+  void add_item(Val& tuple, Val item) {
+    tuple.parts += item.parts;
+    if (tuple.parts > kMaxValueParts) fail("a tuple or list of more than " + std::to_string(kMaxValueParts) + " parts");
+    tuple.items.push_back(std::move(item));
+  }
+
+  // self.<name> of the module at `path`.
+  Val member(const std::string& path, const std::string& name) {
+    const std::string child = strip_wrapper_prefixes(join(path, name));
+    if (objects_.count(child)) return Val::of(Val::kModule, child);
+    if (tensors_.count(child)) {
+      Val p = Val::of(Val::kParam, name);
+      p.owner = strip_wrapper_prefixes(path);
+      return p;
+    }
+    auto a = checkpoint_.attributes.find(attribute_key(path, name));
+    if (a != checkpoint_.attributes.end() && name != kClassAttribute) {
+      const bool number = !a->second.empty() && a->second.find_first_not_of("-0123456789.e+") == std::string::npos;
+      if (a->second == "true" || a->second == "false") return Val::literal(a->second == "true" ? "True" : "False");
+      return Val::literal(a->second, !number);
+    }
+    return Val::opaque("'" + join(shown(path), name) + "'");
+  }
+
+  Val subscript(const Expr& e) {
+    Val base = eval(e.items[0]);
+    if (base.kind == Val::kTuple || base.kind == Val::kList) {
+      if (e.items.size() != 2) fail("indexes " + what(base) + " with more than one index");
+      const auto i = integer_of(eval(e.items[1]));
+      const long long n = static_cast<long long>(base.items.size());
+      if (!i || *i < -n || *i >= n) fail("indexes " + what(base) + " with something other than a constant in range");
+      return base.items[static_cast<size_t>(*i < 0 ? *i + n : *i)];
+    }
+    if (base.kind == Val::kTensor) {
+      // x[:, -1], x[-1], x[:, -1, :]: one -1, every other index a full slice.
+      long dim = -1;
+      for (size_t k = 1; k < e.items.size(); ++k) {
+        const Expr& ix = e.items[k];
+        if (ix.kind == Expr::kSlice) {
+          if (!ix.items[0].is_name("None") || !ix.items[1].is_name("None") || !ix.items[2].is_name("None"))
+            fail("a slice of part of an axis");
+          continue;
+        }
+        const auto i = integer_of(eval(ix));
+        if (!i || *i != -1 || dim >= 0) fail("indexing other than the last step ([-1])");
+        dim = static_cast<long>(k - 1);
+      }
+      if (dim < 0) return base;
+      return select(base, dim);
+    }
+    if (base.kind == Val::kOpaque || base.kind == Val::kFunction) return Val::opaque("an index of " + what(base));
+    fail("indexes " + what(base));
+  }
+
+  // ---------------------------------------------------------------- calls --
+  struct Args {
+    std::vector<Val> pos;
+    std::map<std::string, Val> kw;
+    // Argument `i`, or keyword `name`; null when absent.
+    const Val* get(size_t i, const char* name) const {
+      if (i < pos.size()) return &pos[i];
+      if (name) {
+        auto it = kw.find(name);
+        if (it != kw.end()) return &it->second;
+      }
+      return nullptr;
+    }
+  };
+
+  Val call(const Expr& e) {
+    const Expr& callee = e.items[0];
+    // (m).forward(...) / (m).forward__0(...): a module call.
+    if (callee.kind == Expr::kAttribute) {
+      const Val base = eval(callee.items[0]);
+      if (base.kind == Val::kModule) {
+        if (callee.text.rfind("forward", 0) != 0)
+          fail("calls the method '" + callee.text + "' of module '" + shown(base.text) + "'");
+        Args a = arguments(e);
+        return call_module(base.text, callee.text, std::move(a));
+      }
+    }
+    const Val fn = eval(callee);
+    if (fn.kind != Val::kFunction) fail("calls " + what(fn));
+    if (fn.text == "annotate" || fn.text == "unchecked_cast") {
+      if (e.items.size() != 3) fail(fn.text + " without its two arguments");
+      return eval(e.items[2]);
+    }
+    Args a = arguments(e);
+    return call_function(fn.text, a);
+  }
+
+  Args arguments(const Expr& e) {
+    Args a;
+    for (size_t i = 1; i < e.items.size(); ++i) {
+      Val v = eval(e.items[i]);
+      const std::string& name = e.names[i - 1];
+      if (name.empty()) {
+        if (!a.kw.empty()) fail("a positional argument after a keyword argument");
+        a.pos.push_back(std::move(v));
+      } else {
+        a.kw[name] = std::move(v);
+      }
+    }
+    return a;
+  }
+
+  // `v` must be a tensor on the chain (not h_n).
+  const Val& chain_value(const Val* v, const std::string& what_call) {
+    if (!v) fail(what_call + " without its input");
+    if (v->kind != Val::kTensor) fail(what_call + " of " + what(*v) + ", not of a tensor made from the input");
+    if (!v->hidden.empty()) fail(what_call + " of the final state h_n of '" + shown(v->hidden) + "' as a whole");
+    return *v;
+  }
+
+  static bool holds_tensor(const Val& v) {
+    if (v.kind == Val::kTensor) return true;
+    for (const Val& i : v.items)
+      if (holds_tensor(i)) return true;
+    return false;
+  }
+
+  Val extend(const Val& x, GraphElement e) {
+    if (length_of(x.chain) >= kMaxChainElements)
+      fail("a chain of more than " + std::to_string(kMaxChainElements) + " elements");
+    Val y = x;
+    y.chain = std::make_shared<const ChainNode>(ChainNode{std::move(e), x.chain, length_of(x.chain) + 1});
+    y.id = ++ids_;
+    y.partial = false;
+    return y;
+  }
+
+  static GraphElement op(OpKind k) {
     GraphElement e;
-    e.op = op;
-    v.chain.push_back(e);
-    return v;
+    e.op = k;
+    return e;
   }
 
-  // Time axis of the recurrent layer before (batch_first: 1, else 0).
-  std::string time_dim(const Val& v) const {
-    for (auto it = v.chain.rbegin(); it != v.chain.rend(); ++it) {
-      if (it->op != OpKind::Module) continue;
-      auto bf = checkpoint_.attributes.find(attribute_key(it->module, "batch_first"));
-      if (bf != checkpoint_.attributes.end()) return bf->second == "true" ? "1" : "0";
-    }
-    return "";
-  }
-
-  Val call_module(const std::string& path, const Val& x) {
-    const Module* m = modules_.find(path);
-    Val out = x;
-    if (m) {
-      GraphElement e;
-      e.module = path;
-      out.chain.push_back(e);
-      if (m->type == ModuleType::Recurrent) {
-        if (m->is_cell) fail("a recurrent Cell is stepped by the code around it, not one chain element");
-        Val hidden = out;
-        hidden.hidden = true;
-        Val t;
-        t.kind = Val::kTuple;
-        if (m->kind == CellKind::kLstm) {
-          // (output, (h_n, c_n)): c_n is not on any chain ferry runs.
-          Val state;
-          state.kind = Val::kTuple;
-          state.items = {hidden, Val{}};
-          t.items = {out, state};
-        } else {
-          t.items = {out, hidden};
+  // An in-place op made `result` out of `x`: every alias of x sees it.
+  Val in_place(const Val& x, Val result) {
+    if (x.partial) fail("an in-place op on part of a tensor");
+    result.id = x.id;
+    for (Frame& f : frames_)
+      for (auto& [name, v] : f.vars) {
+        step();  // every value looked at counts, so that many in-place ops over many names stay bounded
+        if (v.kind == Val::kTensor && v.id == x.id && v.hidden.empty()) {
+          v.chain = result.chain;
+          v.partial = false;
         }
-        return t;
       }
-      return out;
-    }
-    if (auto act = recorded_activation(checkpoint_, path)) {
-      out.chain.push_back(*act);
-      return out;
-    }
-    // A container (nn.Sequential): its numbered children in order.
-    std::map<int, std::string> children;
-    const std::string prefix = path + ".";
-    for (const auto& [key, value] : checkpoint_.attributes) {
-      if (key.rfind(prefix, 0) != 0) continue;
-      const std::string rest = key.substr(prefix.size());
-      const size_t dot = rest.find('.');
-      if (dot == std::string::npos || rest.substr(dot + 1) != kClassAttribute) continue;
-      const std::string index = rest.substr(0, dot);
-      if (index.empty() || index.find_first_not_of("0123456789") != std::string::npos) fail("calls '" + path + "', a module ferry does not know");
-      children[std::stoi(index)] = prefix + index;
-    }
-    if (children.empty()) fail("calls '" + path + "', a module ferry does not know");
-    for (const auto& [k, child] : children) {
-      out = call_module(child, out);
-      if (out.kind != Val::kTensor) fail("a recurrent module inside '" + path + "'");
-    }
-    return out;
+    return result;
   }
 
-  Val expr(const std::string& text) {
-    const std::string s = trim(text);
-    if (s.empty()) fail("an empty expression");
-    if (s.rfind("self.", 0) == 0 && s.find('(') == std::string::npos) {
-      return Val{Val::kModule, {}, false, s.substr(5), {}};
+  Val call_function(const std::string& raw, const Args& a) {
+    const std::string fn = canonical(raw);
+    const bool functional = fn.compare(0, 2, "F.") == 0;
+    const std::string base = functional ? fn.substr(2) : fn;
+    // torch.relu_ / F.relu(x, True): in place.
+    bool inplace = !functional && !base.empty() && base.back() == '_' && base != "torch.add_";
+    const std::string name = inplace ? base.substr(0, base.size() - 1) : base;
+
+    if (auto act = activation(fn, name, functional, a, &inplace)) {
+      const Val& x = chain_value(a.get(0, "input"), fn);
+      if ((act->op == OpKind::Softmax || act->op == OpKind::LogSoftmax)) {
+        const auto dim = integer_of(*a.get(1, "dim"));
+        if (!axes_.require_axis(x.axes, static_cast<long>(*dim), 'F'))
+          fail(fn + " over dim " + std::to_string(*dim) + ", which is not the features axis under any input layout");
+      }
+      Val y = extend(x, *act);
+      return inplace ? in_place(x, std::move(y)) : y;
     }
-    const size_t open = s.find('(');
-    if (open == std::string::npos || s.back() != ')') {
-      auto it = vars_.find(s);
-      if (it != vars_.end()) return it->second;
-      if (s.rfind("__torch__.", 0) == 0) return Val{Val::kFunction, {}, false, s, {}};
-      return Val{Val::kLiteral, {}, false, s, {}};
-    }
-    // (m).forward(args) / (m).forward__0(args)
-    if (open == 0) {
-      const size_t close = s.find(')');
-      const std::string target = s.substr(1, close - 1);
-      const std::string rest = s.substr(close + 1);
-      if (rest.rfind(".forward", 0) != 0) fail("a call ferry does not read");
-      const Val m = expr(target);
-      if (m.kind != Val::kModule) fail("'.forward' of something other than a module");
-      const size_t a = rest.find('(');
-      const auto args = split_args(rest.substr(a + 1, rest.size() - a - 2));
-      return call_module(m.text, tensor_arg(args, 0, "a module call"));
-    }
-    std::string fn = s.substr(0, open);
-    const auto args = split_args(s.substr(open + 1, s.size() - open - 2));
-    if (auto it = vars_.find(fn); it != vars_.end() && it->second.kind == Val::kFunction) fn = it->second.text;
-    const std::string functional = "__torch__.torch.nn.functional.";
-    if (fn.rfind(functional, 0) == 0) fn = "torch." + fn.substr(functional.size());
-    if (fn == "torch.relu") return with(tensor_arg(args, 0, fn.c_str()), OpKind::ReLU);
-    if (fn == "torch.tanh") return with(tensor_arg(args, 0, fn.c_str()), OpKind::Tanh);
-    if (fn == "torch.sigmoid") return with(tensor_arg(args, 0, fn.c_str()), OpKind::Sigmoid);
-    if (fn == "torch.softmax" || fn == "torch.log_softmax") {
-      if (args.size() < 2 || args[1] != "-1") fail(fn + " over an axis other than the last (dim=-1)");
-      return with(tensor_arg(args, 0, fn.c_str()), fn == "torch.softmax" ? OpKind::Softmax : OpKind::LogSoftmax);
-    }
-    if (fn == "torch.slice") {
-      // x[:, :]: no start or end, a view of everything.
-      if (args.size() > 2) fail("a slice with bounds");
-      return tensor_arg(args, 0, "torch.slice");
-    }
+    if (functional && (name == "linear" || name == "conv1d" || name == "prelu")) return layer("torch." + name, a);
+    if (fn == "torch.linear" || fn == "torch._convolution" || fn == "torch.conv1d" || fn == "torch.batch_norm" ||
+        fn == "F.batch_norm" || fn == "torch.layer_norm" || fn == "F.layer_norm" || fn == "torch.prelu" ||
+        fn == "torch.embedding" || fn == "F.embedding")
+      return layer(fn, a);
+    if (fn == "torch.lstm" || fn == "torch.gru" || fn == "torch.rnn_tanh" || fn == "torch.rnn_relu") return recurrent_op(fn, a);
+
     if (fn == "torch.transpose") {
-      if (args.size() != 3 || args[1] != "1" || args[2] != "2") fail("a transpose other than (1, 2)");
-      return tensor_arg(args, 0, "torch.transpose");
-    }
-    if (fn == "torch.select") {
-      Val x = tensor_arg(args, 0, "torch.select");
-      if (args.size() != 3 || args[2] != "-1") fail("indexing other than the last step ([-1])");
-      if (x.hidden) {
-        if (args[1] != "0") fail("h_n indexed on an axis other than the layers");
-        for (auto it = x.chain.rbegin(); it != x.chain.rend(); ++it) {
-          const Module* m = it->op == OpKind::Module ? modules_.find(it->module) : nullptr;
-          if (m && m->bidirectional) fail("h_n[-1] of a bidirectional module (the backward direction's first step)");
-          if (m) break;
-        }
-        x.hidden = false;
-        return with(x, OpKind::Last);
-      }
-      if (args[1] != time_dim(x)) fail("indexing an axis that is not the recurrent layer's time axis");
-      return with(x, OpKind::Last);
-    }
-    if (fn == "torch.mean") {
-      Val x = tensor_arg(args, 0, "torch.mean");
-      if (args.size() != 2 || args[1] != "[" + time_dim(x) + "]") fail("a mean over an axis other than time");
-      return with(x, OpKind::Mean);
-    }
-    if (fn == "torch.add") {
-      Val y = tensor_arg(args, 0, "torch.add");
-      const Val x = tensor_arg(args, 1, "torch.add");
-      if (args.size() > 2) fail("torch.add with alpha");
-      const size_t n = x.chain.size();
-      if (n >= y.chain.size() || !std::equal(x.chain.begin(), x.chain.end(), y.chain.begin(),
-                                             [](const GraphElement& a, const GraphElement& b) {
-                                               return format_graph({a}) == format_graph({b});
-                                             })) {
-        fail("an add of two values that are not a chain and its own input");
-      }
-      GraphElement begin, end;
-      begin.op = OpKind::SkipBegin;
-      end.op = OpKind::SkipEnd;
-      std::vector<GraphElement> chain(x.chain.begin(), x.chain.end());
-      chain.push_back(begin);
-      chain.insert(chain.end(), y.chain.begin() + static_cast<long>(n), y.chain.end());
-      chain.push_back(end);
-      y.chain = chain;
+      const Val& x = chain_value(a.get(0, "input"), fn);
+      const auto d0 = integer_of(*nonnull(a.get(1, "dim0"), fn)), d1 = integer_of(*nonnull(a.get(2, "dim1"), fn));
+      if (!d0 || !d1) fail("a transpose of axes that are not constants");
+      Val y = x;
+      y.axes = axes_.transpose(x.axes, static_cast<long>(*d0), static_cast<long>(*d1));
+      if (!axes_.possible()) fail("a transpose of axes the tensor does not have");
       return y;
     }
-    fail("a call to '" + fn.substr(0, 60) + "', which ferry does not read as a chain element");
+    if (fn == "torch.permute") {
+      const Val& x = chain_value(a.get(0, "input"), fn);
+      const Val& d = *nonnull(a.get(1, "dims"), fn);
+      std::vector<long> dims;
+      for (const Val& i : d.items) {
+        const auto n = integer_of(i);
+        if (!n) fail("a permute of axes that are not constants");
+        dims.push_back(static_cast<long>(*n));
+      }
+      Val y = x;
+      y.axes = axes_.permute(x.axes, dims);
+      if (!axes_.possible()) fail("a permute that does not fit the tensor's axes");
+      return y;
+    }
+    if (fn == "torch.contiguous" || fn == "torch.detach" || fn == "torch.clone") {
+      Val y = chain_value(a.get(0, "input"), fn);
+      if (fn == "torch.clone") y.id = ++ids_, y.partial = false;
+      return y;
+    }
+    if (fn == "torch.slice") return slice(a);
+    if (fn == "torch.select") {
+      const Val* x = a.get(0, "input");
+      const auto dim = integer_of(*nonnull(a.get(1, "dim"), fn)), index = integer_of(*nonnull(a.get(2, "index"), fn));
+      if (!x || x->kind != Val::kTensor) fail("torch.select of " + (x ? what(*x) : std::string("nothing")));
+      if (!dim || !index || *index != -1) fail("indexing other than the last step ([-1])");
+      return select(*x, static_cast<long>(*dim));
+    }
+    if (fn == "torch.squeeze") {
+      const Val* x = a.get(0, "input");
+      const Val* d = a.get(1, "dim");
+      if (x && x->kind == Val::kTensor && !x->hidden.empty() && d && integer_of(*d) == 0) {
+        const Module* m = modules_.find(x->hidden);
+        if (!m || m->num_layers * (m->bidirectional ? 2u : 1u) != 1)
+          fail("h_n.squeeze(0) of '" + shown(x->hidden) + "', which has more than one layer or direction");
+        return select(*x, 0);
+      }
+      fail("torch.squeeze of " + (x ? what(*x) : std::string("nothing")) + " (only h_n.squeeze(0) of a one-layer module is read)");
+    }
+    if (fn == "torch.mean" || fn == "torch.amax") {
+      const Val& x = chain_value(a.get(0, "input"), fn);
+      const Val* dims = a.get(1, "dim");
+      const auto d = dims ? single_int(*dims) : std::nullopt;
+      if (!d) fail(fn + " over other than one axis");
+      const Val* keep = a.get(2, "keepdim");
+      if (keep && bool_of(*keep) != false) fail(fn + " with keepdim");
+      return reduce_time(x, static_cast<long>(*d), fn == "torch.mean" ? OpKind::Mean : OpKind::Max);
+    }
+    if (fn == "torch.max") {
+      const Val& x = chain_value(a.get(0, "input"), fn);
+      const Val* dims = a.get(1, "dim");
+      const auto d = dims ? integer_of(*dims) : std::nullopt;
+      if (!d) fail("torch.max other than over one axis");
+      const Val* keep = a.get(2, "keepdim");
+      if (keep && bool_of(*keep) != false) fail("torch.max with keepdim");
+      Val t = Val::of(Val::kTuple);
+      add_item(t, reduce_time(x, static_cast<long>(*d), OpKind::Max));
+      add_item(t, Val::opaque("the indices of torch.max"));
+      return t;
+    }
+    if (fn == "torch.add" || fn == "torch.add_") return residual(fn, a);
+    if (fn == "torch.zeros" || fn == "torch.zeros_like") return Val::of(Val::kZeros);
+    if (fn == "torch.to" && !a.pos.empty() && a.pos[0].kind == Val::kZeros) return a.pos[0];  // zeros moved to a device
+    if (fn == "torch.to" && !a.pos.empty() && a.pos[0].kind == Val::kTensor) {
+      // x.float(), x.to(device): float32 stays float32 (dtype 6); any other dtype is not read.
+      for (size_t i = 1; i < a.pos.size(); ++i) {
+        const Val& v = a.pos[i];
+        const bool device = v.kind == Val::kOpaque && v.text == "the result of torch.device";
+        if (!device && !bool_of(v) && !v.is_none() && integer_of(v) != 6)
+          fail("torch.to with " + what(v) + " (only float32, dtype 6, or a device is read)");
+      }
+      for (const auto& [k, v] : a.kw)
+        if (k == "dtype" ? integer_of(v) != 6 && !v.is_none() : !(bool_of(v) || v.is_none() || v.kind == Val::kOpaque))
+          fail("torch.to with " + k + "=" + what(v) + " (only float32, dtype 6, or a device is read)");
+      return chain_value(&a.pos[0], fn);
+    }
+    if (fn == "getattr") {
+      const Val* o = a.get(0, nullptr);
+      const Val* n = a.get(1, nullptr);
+      if (!o || o->kind != Val::kModule || !n || n->kind != Val::kLiteral || !n->string) fail("a getattr ferry does not read");
+      return member(o->text, n->text);
+    }
+    // Calls that only read shapes, types or devices.
+    static const char* const kQueries[] = {"torch.size", "torch.dim", "torch.numel", "ops.prim.NumToTensor",
+                                           "ops.prim.device", "ops.prim.dtype", "ops.prim.layout", "int", "float",
+                                           "len", "torch.device", "torch.list"};
+    for (const char* q : kQueries)
+      if (raw == q) return Val::opaque("the result of " + raw);
+    for (const Val& v : a.pos)
+      if (holds_tensor(v)) fail("a call to '" + raw.substr(0, 80) + "', which ferry does not read as a chain element");
+    for (const auto& [k, v] : a.kw)
+      if (holds_tensor(v)) fail("a call to '" + raw.substr(0, 80) + "', which ferry does not read as a chain element");
+    return Val::opaque("the result of " + raw.substr(0, 80));
+  }
+
+  const Val* nonnull(const Val* v, const std::string& fn) {
+    if (!v) fail(fn + " without all its arguments");
+    return v;
+  }
+
+  // The built-in op an activation call is, with the options it passes;
+  // nullopt for a call that is not one. Sets *inplace for F.x(..., inplace=True).
+  std::optional<GraphElement> activation(const std::string& fn, const std::string& name, bool functional,
+                                         const Args& a, bool* inplace) {
+    struct Act {
+      const char* name;
+      OpKind op;
+      int inplace_arg;  // the F. form's `inplace` position, or -1
+    };
+    static const Act kActs[] = {
+        {"relu", OpKind::ReLU, 1},           {"tanh", OpKind::Tanh, -1},         {"sigmoid", OpKind::Sigmoid, -1},
+        {"silu", OpKind::SiLU, 1},           {"gelu", OpKind::GELU, -1},         {"leaky_relu", OpKind::LeakyReLU, 2},
+        {"elu", OpKind::ELU, 2},             {"hardtanh", OpKind::Hardtanh, 3},  {"relu6", OpKind::ReLU6, 1},
+        {"softmax", OpKind::Softmax, -1},    {"log_softmax", OpKind::LogSoftmax, -1},
+        {"dropout", OpKind::Dropout, 3},     {"feature_dropout", OpKind::Dropout, -1},
+        {"alpha_dropout", OpKind::Dropout, 3}, {"feature_alpha_dropout", OpKind::Dropout, -1},
+    };
+    std::string bare = name;
+    if (!functional) {
+      if (bare.compare(0, 6, "torch.") != 0) return std::nullopt;
+      bare = bare.substr(6);
+    }
+    const Act* act = nullptr;
+    for (const Act& k : kActs)
+      if (bare == k.name) act = &k;
+    if (!act) return std::nullopt;
+    if (functional && act->inplace_arg >= 0) {
+      const Val* ip = a.get(static_cast<size_t>(act->inplace_arg), "inplace");
+      if (ip) {
+        const auto b = bool_of(*ip);
+        if (!b) fail(fn + " with an inplace flag that is not a constant");
+        *inplace = *b;
+      }
+    }
+    GraphElement e = op(act->op);
+    auto number = [&](size_t i, const char* key, const char* graph_key) {
+      const Val* v = a.get(i, key);
+      if (!v) return;
+      if (!number_of(*v)) fail(fn + " with a " + key + " that is not a constant");
+      e.args[graph_key] = v->text;
+    };
+    switch (act->op) {
+      case OpKind::LeakyReLU: number(1, "negative_slope", "slope"); break;
+      case OpKind::ELU: {
+        number(1, "alpha", "alpha");
+        for (size_t i : {2u, 3u}) {
+          const Val* s = a.get(i, i == 2 ? "scale" : "input_scale");
+          if (s && !functional && number_of(*s) != 1.0) fail(fn + " with a scale other than 1 (a SELU/CELU)");
+        }
+        break;
+      }
+      case OpKind::Hardtanh: {
+        number(1, "min_val", "min");
+        number(2, "max_val", "max");
+        break;
+      }
+      case OpKind::GELU: {
+        const Val* ap = a.get(1, "approximate");
+        if (ap && (ap->kind != Val::kLiteral || (ap->text != "none" && ap->text != "tanh")))
+          fail(fn + " with an approximation other than 'none' or 'tanh'");
+        if (ap && ap->text == "tanh") e.option = "tanh";
+        break;
+      }
+      case OpKind::Softmax: case OpKind::LogSoftmax: {
+        const Val* d = a.get(1, "dim");
+        if (!d || !integer_of(*d)) fail(fn + " over an axis that is not a constant");
+        break;
+      }
+      case OpKind::Dropout: {
+        const Val* train = a.get(2, functional ? "training" : "train");
+        if (train && bool_of(*train) == true) fail(fn + " in training mode (traced or called with training=True)");
+        break;
+      }
+      default: break;
+    }
+    return e;
+  }
+
+  // x[full slice]: the tensor itself.
+  Val slice(const Args& a) {
+    const Val& x = *nonnull(a.get(0, "input"), "torch.slice");
+    if (x.kind != Val::kTensor) {
+      if (x.kind == Val::kOpaque) return Val::opaque("a slice of " + what(x));
+      fail("torch.slice of " + what(x));
+    }
+    const Val* start = a.get(2, "start");
+    const Val* end = a.get(3, "end");
+    const Val* stepv = a.get(4, "step");
+    const bool full_start = !start || start->is_none() || integer_of(*start) == 0;
+    const auto e = end ? integer_of(*end) : std::nullopt;
+    const bool full_end = !end || end->is_none() || (e && *e >= (int64_t{1} << 62));
+    const bool unit = !stepv || integer_of(*stepv) == 1;
+    if (!full_start || !full_end || !unit) fail("a slice of part of an axis");
+    return x;
+  }
+
+  // The last step along `dim`, or h_n[-1].
+  Val select(const Val& x, long dim) {
+    if (!x.hidden.empty()) {
+      if (dim != 0) fail("h_n indexed on an axis other than the layers");
+      const Module* m = modules_.find(x.hidden);
+      if (m && m->bidirectional) fail("h_n[-1] of a bidirectional module (the backward direction's first step)");
+      Val y = extend(x, op(OpKind::Last));
+      y.hidden.clear();
+      for (unsigned c = 0; c < kInputLayouts; ++c)
+        if (!y.axes.under[c].empty()) y.axes.under[c] = "BF";
+      return y;
+    }
+    if (!axes_.require_axis(x.axes, dim, 'T'))
+      fail("indexing axis " + std::to_string(dim) + ", which is not the time axis under any input layout the chain "
+           "before allows");
+    Val y = extend(x, op(OpKind::Last));
+    y.axes = axes_.remove(x.axes, dim);
+    y.id = x.id;
+    y.partial = true;
+    return y;
+  }
+
+  Val reduce_time(const Val& x, long dim, OpKind k) {
+    if (!axes_.require_axis(x.axes, dim, 'T'))
+      fail(std::string(k == OpKind::Mean ? "a mean" : "a max") + " over axis " + std::to_string(dim) +
+           ", which is not the time axis under any input layout the chain before allows");
+    Val y = extend(x, op(k));
+    y.axes = axes_.remove(x.axes, dim);
+    return y;
+  }
+
+  // torch.add(y, x) where x is a value y was made from: (y's tail) + input.
+  Val residual(const std::string& fn, const Args& a) {
+    const Val* p = a.get(0, "input");
+    const Val* q = a.get(1, "other");
+    if (!p || !q) fail(fn + " without two arguments");
+    if (p->kind != Val::kTensor || q->kind != Val::kTensor)
+      fail(fn + " of " + what(*p) + " and " + what(*q) + " (only a residual skip, two values of the chain, is read)");
+    const Val& x0 = chain_value(p, fn);
+    const Val& x1 = chain_value(q, fn);
+    if (const Val* alpha = a.get(2, "alpha"); alpha && number_of(*alpha) != 1.0) fail(fn + " with alpha");
+    const bool first_longer = length_of(x0.chain) > length_of(x1.chain);
+    const Val& y = first_longer ? x0 : x1;
+    const Val& x = first_longer ? x1 : x0;
+    // The ops between x and y: y's chain back to x's (the same node, not an equal copy).
+    std::vector<GraphElement> tail;
+    Chain c = y.chain;
+    for (; c && length_of(c) > length_of(x.chain); c = c->prev) tail.push_back(c->element);
+    if (tail.empty() || c != x.chain) fail("an add of two values that are not a chain and its own input");
+    if (!axes_.require_same(x.axes, y.axes)) fail("an add of two values whose axes differ");
+    if (length_of(y.chain) + 2 > kMaxChainElements)
+      fail("a chain of more than " + std::to_string(kMaxChainElements) + " elements");
+    Val out = y;
+    out.chain = x.chain;
+    auto push = [&out](GraphElement e) {
+      out.chain = std::make_shared<const ChainNode>(ChainNode{std::move(e), out.chain, length_of(out.chain) + 1});
+    };
+    push(op(OpKind::SkipBegin));
+    for (auto it = tail.rbegin(); it != tail.rend(); ++it) push(*it);
+    push(op(OpKind::SkipEnd));
+    out.id = ++ids_;
+    out.partial = false;
+    if (fn == "torch.add_") return in_place(x0, std::move(out));
+    return out;
+  }
+
+  // -------------------------------------------------------------- layers --
+  // A parameter argument of a layer call: the module it belongs to.
+  const Module& owner_of(const Val* w, const std::string& fn, const char* expected, ModuleType type) {
+    if (!w || w->kind != Val::kParam)
+      fail(fn + " with a weight that is " + (w ? what(*w) : std::string("missing")) + ", not a module's parameter");
+    if (w->text != expected) fail(fn + " with '" + join(w->owner, w->text) + "' as its " + expected);
+    const Module* m = modules_.find(w->owner.empty() ? kRootModuleName : w->owner);
+    if (!m || m->type != type) fail(fn + " with the weights of '" + shown(w->owner) + "', which is not a layer of that kind");
+    return *m;
+  }
+
+  // The optional parameter argument `v` must be the module's `name` exactly
+  // when the module has one.
+  void check_optional_param(const Val* v, const Module& m, const std::string& name, const std::string& fn) {
+    const bool has = m.params.count(name) != 0;
+    const bool given = v && !v->is_none();
+    if (has != given || (given && (v->kind != Val::kParam || v->owner != m.path || v->text != name)))
+      fail(fn + ": its " + name + " argument is " + (v ? what(*v) : std::string("missing")) + ", but '" +
+           shown(m.path) + "' " + (has ? "has" : "has no") + " " + name);
+  }
+
+  static GraphElement module_element(const Module& m) {
+    GraphElement e;
+    e.module = m.path.empty() ? kRootModuleName : m.path;
+    return e;
+  }
+
+  Val layer(const std::string& fn, const Args& a) {
+    if (fn == "torch.embedding" || fn == "F.embedding") {
+      const bool aten = fn == "torch.embedding";
+      const Val& x = chain_value(a.get(aten ? 1 : 0, aten ? "indices" : "input"), fn);
+      const Module& m = owner_of(a.get(aten ? 0 : 1, "weight"), fn, "weight", ModuleType::Linear);
+      if (x.chain) fail(fn + " of a value other than the model's input (token ids)");
+      if (!axes_.require_features_last(x.axes)) fail(fn + ": no input layout fits");
+      return extend(x, module_element(m));
+    }
+    const Val& x = chain_value(a.get(0, "input"), fn);
+    if (fn == "torch.linear") {
+      const Module& m = owner_of(a.get(1, "weight"), fn, "weight", ModuleType::Linear);
+      check_optional_param(a.get(2, "bias"), m, "bias", fn);
+      if (!axes_.require_features_last(x.axes))
+        fail("a Linear over an axis other than the features (the axes before it do not fit any input layout)");
+      return extend(x, module_element(m));
+    }
+    if (fn == "torch.prelu") {
+      const Module& m = owner_of(a.get(1, "weight"), fn, "weight", ModuleType::PReLU);
+      if (m.features > 1 && !axes_.require_exactly(x.axes, "BFT", true))
+        fail("a PReLU with one weight per channel needs the channels at dim 1");
+      return extend(x, module_element(m));
+    }
+    if (fn == "torch._convolution" || fn == "torch.conv1d") {
+      const Module& m = owner_of(a.get(1, "weight"), fn, "weight", ModuleType::Conv1d);
+      check_optional_param(a.get(2, "bias"), m, "bias", fn);
+      GraphElement e = module_element(m);
+      auto option = [&](size_t i, const char* key, long long fallback) {
+        const Val* v = a.get(i, key);
+        if (!v) {
+          if (fn == "torch._convolution") fail(fn + " without its " + key);
+          return;
+        }
+        if (std::string(key) == "padding" && v->kind == Val::kLiteral && v->string) {
+          if (v->text != "same" && v->text != "valid") fail(fn + " with padding '" + v->text.substr(0, 20) + "'");
+          e.args["padding"] = v->text;
+          return;
+        }
+        const auto n = single_int(*v);
+        if (!n) fail(fn + " with a " + key + " that is not one constant");
+        if (*n != fallback) e.args[key] = std::to_string(*n);
+      };
+      option(3, "stride", 1);
+      option(4, "padding", 0);
+      option(5, "dilation", 1);
+      if (fn == "torch._convolution") {
+        const Val* transposed = a.get(6, "transposed");
+        if (!transposed || bool_of(*transposed) != false) fail("a transposed convolution");
+        const Val* out_pad = a.get(7, "output_padding");
+        if (!out_pad || single_int(*out_pad) != 0) fail("a convolution with output padding");
+      }
+      const Val* g = a.get(fn == "torch._convolution" ? 8 : 6, "groups");
+      const auto groups = g ? integer_of(*g) : std::optional<long long>(1);
+      if (!groups || *groups < 1) fail(fn + " with groups that are not a positive constant");
+      e.args["groups"] = std::to_string(*groups);
+      if (!axes_.require_exactly(x.axes, "BFT", false))
+        fail("a Conv1d whose input is not [B, C, T] under any input layout the chain before allows");
+      return extend(x, std::move(e));
+    }
+    if (fn == "torch.batch_norm" || fn == "F.batch_norm") {
+      // torch.batch_norm(x, weight, bias, mean, var, training, momentum, eps, cudnn)
+      // F.batch_norm(x, mean, var, weight, bias, training, momentum, eps)
+      const bool aten = fn == "torch.batch_norm";
+      const Val* mean = a.get(aten ? 3 : 1, "running_mean");
+      const Module& m = owner_of(mean, fn, "running_mean", ModuleType::BatchNorm);
+      check_optional_param(a.get(aten ? 1 : 3, "weight"), m, "weight", fn);
+      check_optional_param(a.get(aten ? 2 : 4, "bias"), m, "bias", fn);
+      const Val* var = a.get(aten ? 4 : 2, "running_var");
+      if (!var || var->kind != Val::kParam || var->owner != m.path || var->text != "running_var")
+        fail(fn + " without '" + shown(m.path) + "'s running_var");
+      const Val* training = a.get(5, "training");
+      if (!training || bool_of(*training) != false) fail(fn + " in training mode (batch statistics)");
+      GraphElement e = module_element(m);
+      const Val* eps = a.get(7, "eps");
+      if (eps) {
+        const auto v = number_of(*eps);
+        if (!v) fail(fn + " with an eps that is not a constant");
+        if (*v != 1e-5) e.args["eps"] = eps->text;
+      }
+      if (!axes_.require_exactly(x.axes, "BFT", true)) fail("a BatchNorm1d needs the channels at dim 1");
+      return extend(x, std::move(e));
+    }
+    // layer_norm(x, normalized_shape, weight, bias, eps)
+    const Val* w = a.get(2, "weight");
+    if (!w || w->kind != Val::kParam) fail(fn + " without a module's weight (an elementwise_affine=False LayerNorm is not read)");
+    const Module& m = owner_of(w, fn, "weight", ModuleType::LayerNorm);
+    check_optional_param(a.get(3, "bias"), m, "bias", fn);
+    const Val* shape = a.get(1, "normalized_shape");
+    if (!shape || single_int(*shape) != static_cast<long long>(m.features))
+      fail(fn + " over a shape other than the " + std::to_string(m.features) + " features");
+    GraphElement e = module_element(m);
+    if (const Val* eps = a.get(4, "eps")) {
+      const auto v = number_of(*eps);
+      if (!v) fail(fn + " with an eps that is not a constant");
+      if (*v != 1e-5) e.args["eps"] = eps->text;
+    }
+    if (!axes_.require_features_last(x.axes)) fail("a LayerNorm over an axis other than the features");
+    return extend(x, std::move(e));
+  }
+
+  // torch.lstm(input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first)
+  Val recurrent_op(const std::string& fn, const Args& a) {
+    const Val* hx = a.get(1, "hx");
+    // The packed overload: (data, batch_sizes, hx, params, ...).
+    if (a.pos.size() >= 4 && a.pos[3].kind == Val::kList)
+      fail(fn + " of a packed sequence (pack_padded_sequence): run it on the padded batch with --lengths instead");
+    const Val& x = chain_value(a.get(0, "input"), fn);
+    check_initial_state(hx, fn);
+    const Val* params = a.get(2, "params");
+    if (!params || params->kind != Val::kList || params->items.empty()) fail(fn + " without its parameter list");
+    const Val& first = params->items[0];
+    const Module& m = owner_of(&first, fn, "weight_ih_l0", ModuleType::Recurrent);
+    for (const Val& p : params->items)
+      if (p.kind != Val::kParam || p.owner != m.path)
+        fail(fn + " with parameters that are not all '" + shown(m.path) + "'s");
+    if (params->items.size() != m.params.size())
+      fail(fn + " with " + std::to_string(params->items.size()) + " of '" + shown(m.path) + "'s " +
+           std::to_string(m.params.size()) + " parameters");
+    const CellKind kind = fn == "torch.lstm" ? CellKind::kLstm : fn == "torch.gru" ? CellKind::kGru : CellKind::kRnn;
+    if (m.kind != kind || m.is_cell) fail(fn + " with the weights of '" + shown(m.path) + "', " + m.describe());
+    auto flag = [&](size_t i, const char* name) {
+      const Val* v = a.get(i, name);
+      const auto b = v ? bool_of(*v) : std::nullopt;
+      if (!b) fail(fn + " with a " + name + " that is not a constant");
+      return *b;
+    };
+    const auto layers = a.get(4, "num_layers") ? integer_of(*a.get(4, "num_layers")) : std::nullopt;
+    if (!layers || *layers != static_cast<long long>(m.num_layers))
+      fail(fn + ": num_layers does not match '" + shown(m.path) + "', " + m.describe());
+    if (flag(7, "bidirectional") != m.bidirectional)
+      fail(fn + ": bidirectional does not match '" + shown(m.path) + "', " + m.describe());
+    if (flag(6, "train")) fail(fn + " in training mode (dropout between layers)");
+    const bool batch_first = flag(8, "batch_first");
+    GraphElement e = module_element(m);
+    if (kind == CellKind::kRnn) e.option = fn == "torch.rnn_relu" ? "relu" : "tanh";
+    Val out = recurrent_input(x, batch_first, m);
+    Val y = extend(out, e);
+    Val t = Val::of(Val::kTuple);
+    add_item(t, y);
+    add_item(t, final_state(y, m));
+    if (kind == CellKind::kLstm) add_item(t, Val::opaque("the final cell state c_n of '" + shown(m.path) + "'"));
+    return t;
+  }
+
+  void check_initial_state(const Val* hx, const std::string& fn) {
+    if (!hx || hx->is_none() || hx->kind == Val::kZeros) return;
+    if ((hx->kind == Val::kList || hx->kind == Val::kTuple) && !hx->items.empty()) {
+      for (const Val& h : hx->items)
+        if (h.kind != Val::kZeros) fail(fn + " from an initial state that is " + what(h) + ", not zeros");
+      return;
+    }
+    fail(fn + " from an initial state that is " + what(*hx) + ", not zeros");
+  }
+
+  Val recurrent_input(const Val& x, bool batch_first, const Module& m) {
+    if (!axes_.require_exactly(x.axes, batch_first ? "BTF" : "TBF", false))
+      fail("'" + shown(m.path) + "' (batch_first=" + (batch_first ? "True" : "False") + ") takes " +
+           (batch_first ? "[B, T, F]" : "[T, B, F]") + ", which the axes before it are not under any input layout");
+    return x;
+  }
+
+  Val final_state(const Val& y, const Module& m) {
+    Val h = y;
+    h.hidden = m.path;
+    for (unsigned c = 0; c < kInputLayouts; ++c)
+      if (!h.axes.under[c].empty()) h.axes.under[c] = "LBF";
+    h.id = ++ids_;
+    return h;
+  }
+
+  // ------------------------------------------------------------- modules --
+  static bool is_torch_nn(const ModuleObject& o) {
+    return o.class_name.rfind("__torch__.torch.nn.modules.", 0) == 0;
+  }
+
+  Val call_module(const std::string& path, const std::string& method, Args a) {
+    auto it = objects_.find(path);
+    if (it == objects_.end()) fail("calls module '" + shown(path) + "', which the archive does not hold");
+    const ModuleObject& object = checkpoint_.module_objects[it->second];
+    // A scripted torch.nn module is what its class computes; any other
+    // module's forward is read.
+    if (is_torch_nn(object) && (object.final_constants || method != "forward" || object.forward.empty()))
+      return class_semantics(object, a);
+    if (method != "forward") fail("calls '" + method + "' of module '" + shown(path) + "', a method ferry does not read");
+    if (object.forward.empty()) fail("calls module '" + shown(path) + "', whose forward is not in the archive");
+    return interpret(object, std::move(a.pos), std::move(a.kw), false);
+  }
+
+  Val class_semantics(const ModuleObject& object, const Args& a) {
+    const std::string& path = object.path;
+    const std::string cls = class_of(path);
+    const Module* m = modules_.find(path.empty() ? kRootModuleName : path);
+    if (m) {
+      const Val& x = chain_value(a.get(0, "input"), "module '" + shown(path) + "'");
+      switch (m->type) {
+        case ModuleType::Recurrent: {
+          if (m->is_cell) fail("a recurrent Cell is stepped by the code around it, not one chain element");
+          check_initial_state(a.get(1, "hx"), "module '" + shown(path) + "'");
+          auto bf = checkpoint_.attributes.find(attribute_key(path, "batch_first"));
+          const bool batch_first = bf != checkpoint_.attributes.end() && bf->second == "true";
+          Val y = extend(recurrent_input(x, batch_first, *m), module_element(*m));
+          Val h = final_state(y, *m);
+          Val t = Val::of(Val::kTuple);
+          add_item(t, y);
+          if (m->kind == CellKind::kLstm) {
+            // (output, (h_n, c_n)): c_n is not on any chain ferry runs.
+            Val state = Val::of(Val::kTuple);
+            add_item(state, h);
+            add_item(state, Val::opaque("the final cell state c_n of '" + shown(path) + "'"));
+            add_item(t, state);
+          } else {
+            add_item(t, h);
+          }
+          return t;
+        }
+        case ModuleType::Conv1d:
+          if (!axes_.require_exactly(x.axes, "BFT", false))
+            fail("Conv1d '" + shown(path) + "' on an input that is not [B, C, T] under any input layout the chain allows");
+          break;
+        case ModuleType::BatchNorm:
+          if (!axes_.require_exactly(x.axes, "BFT", true)) fail("BatchNorm1d '" + shown(path) + "' needs the channels at dim 1");
+          break;
+        case ModuleType::PReLU:
+          if (m->features > 1 && !axes_.require_exactly(x.axes, "BFT", true))
+            fail("PReLU '" + shown(path) + "' with one weight per channel needs the channels at dim 1");
+          break;
+        case ModuleType::Linear: case ModuleType::LayerNorm:
+          if (m->class_name == "Embedding" && x.chain)
+            fail("Embedding '" + shown(path) + "' of a value other than the model's input (token ids)");
+          if (!axes_.require_features_last(x.axes))
+            fail(cls + " '" + shown(path) + "' over an axis other than the features");
+          break;
+      }
+      return extend(x, module_element(*m));
+    }
+    if (auto act = recorded_activation(checkpoint_, path)) {
+      const Val& x = chain_value(a.get(0, "input"), "module '" + shown(path) + "'");
+      if (act->op == OpKind::Softmax || act->op == OpKind::LogSoftmax) {
+        auto dim = checkpoint_.attributes.find(attribute_key(path, "dim"));
+        char* end = nullptr;
+        const long d = dim == checkpoint_.attributes.end() ? 0 : std::strtol(dim->second.c_str(), &end, 10);
+        if (dim == checkpoint_.attributes.end() || *end != '\0')
+          fail(cls + " '" + shown(path) + "' without a dim (PyTorch picks the axis from the input's rank)");
+        if (!axes_.require_axis(x.axes, d, 'F')) fail(cls + " '" + shown(path) + "' over an axis other than the features");
+      }
+      // nn.ReLU(inplace=True) & co. change their input for every other user of it.
+      auto inplace = checkpoint_.attributes.find(attribute_key(path, "inplace"));
+      if (inplace != checkpoint_.attributes.end() && inplace->second == "true") return in_place(x, extend(x, *act));
+      return extend(x, *act);
+    }
+    fail("calls module '" + shown(path) + "' (" + cls + "), whose computation ferry does not know");
   }
 
   const Checkpoint& checkpoint_;
   const ModuleSet& modules_;
-  std::map<std::string, Val> vars_;
+  std::unordered_map<std::string, size_t> objects_;  // path -> module_objects index
+  std::unordered_set<std::string> tensors_;          // state-dict keys, prefixes stripped
+  std::unordered_map<std::string, std::unique_ptr<Parsed>> functions_;
+  std::vector<Frame> frames_;
   std::string line_;
+  ChainAxes axes_;
+  unsigned ids_ = 0;
+  size_t steps_ = 0;
 };
 
 }  // namespace
 
-std::string script_chain(const Checkpoint& checkpoint, const ModuleSet& modules) {
+bool has_script_forward(const Checkpoint& checkpoint) {
+  return !checkpoint.module_objects.empty() && !checkpoint.module_objects[0].forward.empty();
+}
+
+RecordedChain script_chain(const Checkpoint& checkpoint, const ModuleSet& modules) {
+  if (!has_script_forward(checkpoint)) throw Error("no forward code");
   return Reader(checkpoint, modules).run();
 }
 

@@ -1,25 +1,70 @@
-// The layer chain from a TorchScript archive's forward code
-// (Checkpoint::script_forward), read as text, never run.
+// The layer chain from a TorchScript archive's code (PYTORCH_FORMAT.md §3),
+// scripted or traced, read as text (mapping/script_syntax.h), never run.
 //
-// Straight-line code of supported calls is followed from the input to the
-// return value: `self.m` modules called with `.forward(...)` (a recurrent
-// module's (output, hidden) tuple unpacked), `out[:, -1]` (torch.select over
-// the time axis: `last`; `h_n[-1]` of a unidirectional module likewise),
-// torch.relu / tanh / sigmoid / softmax(-1) / log_softmax(-1) / mean over
-// time, the same from torch.nn.functional, `.transpose(1, 2)` between a conv
-// and a recurrent layer (ferry keeps one layout inside), and `y + x` where x
-// is an earlier value on the chain (a residual skip). A loop, a branch or
-// any other call is not read: the caller suggests a --graph instead.
+// The root module's forward is followed from its input to its return value,
+// statement by statement, each value knowing the chain of ops that made it
+// from the input (a tensor), or what else it is (a module, a parameter, a
+// tuple, zeros, a constant, or something the chain does not need). Nested
+// call expressions, `a, b, = t` unpacking and `(t)[0]` indexing are plain
+// expressions of that reading.
+//
+// A call of a submodule, `(m).forward(x, )`:
+//  - a scripted torch.nn module (its class records its hyper-parameters as
+//    Final constants, or a forward overload such as `forward__0`): what the
+//    class computes, one chain element (an LSTM/GRU/RNN returns its
+//    (output, h_n[, c_n]) tuple; ReLU & co. are built-in ops);
+//  - otherwise (traced modules, user modules, nn.Sequential) its own forward
+//    is read the same way, where the ATen calls that make a layer name the
+//    module by the parameters they take: torch.linear, torch._convolution /
+//    conv1d, batch_norm, layer_norm, prelu, embedding, torch.lstm / gru /
+//    rnn_tanh / rnn_relu (whose arguments say batch_first and bidirectional;
+//    a traced module returns what its caller used: `y` alone, or a tuple).
+// Options the code passes (a conv's stride and padding, eps, a LeakyReLU's
+// slope, an RNN's relu) are written into the chain.
+//
+// Ops read besides: relu / tanh / sigmoid / silu / gelu / leaky_relu / elu /
+// hardtanh / softmax / log_softmax / dropout (and their in-place `_` and
+// torch.nn.functional forms), the last step (torch.select(x, t, -1), x[:, -1],
+// h_n[-1], h_n.squeeze(0)), mean / amax / max over time, full slices,
+// transposes and permutes (mapping/chain_axes.h: they decide the input
+// layout), and `torch.add(y, x)` where x is an earlier value of y's chain (a
+// residual skip). Zeros as initial states. Calls that only read shapes
+// (torch.size, int, ...) are ignored until their result is used.
+//
+// A loop or branch, any other call on a chain value, an initial state that
+// is not zeros, a training-mode dropout: refused with an Error naming the
+// line (and the code record and module whose forward it is), for the caller
+// to suggest a --graph. Reading is bounded: modules nested at most
+// kMaxScriptCallDepth calls deep, at most kMaxScriptSteps steps in all
+// (expressions evaluated, names an in-place op updates), tuples of at most
+// 256 parts, chains of at most 4096 elements.
 #pragma once
 
+#include <cstddef>
+#include <optional>
 #include <string>
 
 #include "checkpoint/checkpoint.h"
+#include "mapping/chain_axes.h"
 #include "mapping/modules.h"
 
 namespace ferry::conv {
 
-// The chain in --graph syntax. Throws Error saying which line it cannot read.
-std::string script_chain(const Checkpoint& checkpoint, const ModuleSet& modules);
+// A chain a file records, and the input layout it needs where that is
+// decided (nullopt: the chain runs on any, or the file does not say).
+struct RecordedChain {
+  std::string graph;  // in --graph syntax
+  std::optional<InputLayout> layout;
+};
+
+constexpr size_t kMaxScriptCallDepth = 32;
+constexpr size_t kMaxScriptSteps = size_t{1} << 18;
+
+// Whether the checkpoint is a TorchScript archive whose root has forward code.
+bool has_script_forward(const Checkpoint& checkpoint);
+
+// The chain of the root module's forward. Throws Error saying which line
+// (of which module) it cannot read, and why.
+RecordedChain script_chain(const Checkpoint& checkpoint, const ModuleSet& modules);
 
 }  // namespace ferry::conv

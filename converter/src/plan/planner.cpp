@@ -720,7 +720,7 @@ PlanResult plan_conversion(const Checkpoint& checkpoint, const ModuleSet& module
   if (layout) {
     plan.batch_first = *layout == Layout::kBatchFirst;
     plan.channels_first = *layout == Layout::kChannelsFirst;
-    r.batch_first_source = options.layout ? "--layout" : "recorded in the file (the axes its graph's ops take)";
+    r.batch_first_source = options.layout ? "--layout" : options.recorded_layout_source;
     if (options.layout && recorded && *recorded != plan.batch_first && !plan.channels_first) {
       r.notes.push_back(std::string("the file records batch_first=") + (*recorded ? "True" : "False") +
                         "; --layout overrides it");
@@ -752,6 +752,12 @@ PlanResult plan_conversion(const Checkpoint& checkpoint, const ModuleSet& module
   }
   // Model.time_axis is stored only where no layer implies it (a per-step chain of Linears).
   plan.time_axis = chain_planner.time_axis() && !implied;
+  bool needs_time_axis = implied;
+  for (const LayerPlan& l : plan.layers)
+    needs_time_axis = needs_time_axis || l.op == LayerOp::Last || l.op == LayerOp::MeanPool || l.op == LayerOp::MaxPool;
+  if (!needs_time_axis && !options.layout && !options.batch_first && !recorded) {
+    r.batch_first_source = "no layer depends on it: [B, F] input, or a sequence either way";
+  }
   if (plan.channels_first && plan.input_is_tokens) {
     throw Error("--layout bft: a model taking token ids has no channel axis (use btf or tbf)");
   }

@@ -24,9 +24,14 @@ struct PlanOptions {
   std::optional<std::string> inferred_graph;  // a chain read from the file (TorchScript forward)
   std::optional<bool> batch_first;       // --batch-first; else the file's record; else false
   std::optional<Layout> layout;          // --layout: batch_first / channels_first, and a time axis
-  // The layout the file records for its input (a .pt2's graph: the axes its
-  // ops take), used where neither --layout nor --batch-first is given.
+  // The layout the file records for its input, used where neither --layout
+  // nor --batch-first is given: the axes its ops take, read from a .pt2's
+  // graph (mapping/export_chain.h) or from TorchScript code or an
+  // nn.Sequential's layers (mapping/chain_axes.h), which accounts for every
+  // transpose, so a recorded batch_first that differs is no news. Its
+  // source, for the report.
   std::optional<Layout> recorded_layout;
+  std::string recorded_layout_source;
 };
 
 struct PlanResult {

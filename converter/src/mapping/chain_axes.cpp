@@ -1,0 +1,123 @@
+#include "mapping/chain_axes.h"
+
+#include <utility>
+
+namespace ferry::conv {
+namespace {
+
+constexpr const char* kLayoutAxes[kInputLayouts] = {"BTF", "TBF", "BFT", "BF"};
+constexpr const char* kLayoutText[kInputLayouts] = {"[B, T, F]", "[T, B, F]", "[B, F, T]", "[B, F]"};
+
+// `dim` as an index into `axes`, or -1 when out of range.
+long index_of(const std::string& axes, long dim) {
+  const long rank = static_cast<long>(axes.size());
+  if (dim < 0) dim += rank;
+  return dim >= 0 && dim < rank ? dim : -1;
+}
+
+}  // namespace
+
+std::string layouts_text(unsigned possible) {
+  std::string s;
+  for (unsigned c = 0; c < kInputLayouts; ++c)
+    if (possible & (1u << c)) s += (s.empty() ? "" : " or ") + std::string(kLayoutText[c]);
+  return s.empty() ? "none" : s;
+}
+
+Axes ChainAxes::input() const {
+  Axes a;
+  for (unsigned c = 0; c < kInputLayouts; ++c)
+    if (possible_ & (1u << c)) a.under[c] = kLayoutAxes[c];
+  return a;
+}
+
+bool ChainAxes::require_axis(const Axes& v, long dim, char axis) {
+  for (unsigned c = 0; c < kInputLayouts; ++c) {
+    const std::string& s = v.under[c];
+    const long i = index_of(s, dim);
+    if (s.empty() || i < 0 || s[static_cast<size_t>(i)] != axis) possible_ &= ~(1u << c);
+  }
+  return possible_ != 0;
+}
+
+bool ChainAxes::require_exactly(const Axes& v, const char* axes, bool or_collapsed) {
+  for (unsigned c = 0; c < kInputLayouts; ++c) {
+    const std::string& s = v.under[c];
+    if (s.empty() || (s != axes && !(or_collapsed && s == "BF"))) possible_ &= ~(1u << c);
+  }
+  return possible_ != 0;
+}
+
+bool ChainAxes::require_same(const Axes& a, const Axes& b) {
+  for (unsigned c = 0; c < kInputLayouts; ++c)
+    if (a.under[c].empty() || a.under[c] != b.under[c]) possible_ &= ~(1u << c);
+  return possible_ != 0;
+}
+
+bool ChainAxes::require_output(const Axes& v) {
+  for (unsigned c = 0; c < kInputLayouts; ++c) {
+    const std::string& s = v.under[c];
+    if (s.empty() || (s != kLayoutAxes[c] && s != "BF")) possible_ &= ~(1u << c);
+  }
+  return possible_ != 0;
+}
+
+Axes ChainAxes::transpose(const Axes& v, long d0, long d1) {
+  Axes out;
+  for (unsigned c = 0; c < kInputLayouts; ++c) {
+    std::string s = v.under[c];
+    const long i = index_of(s, d0), j = index_of(s, d1);
+    if (s.empty() || i < 0 || j < 0) {
+      possible_ &= ~(1u << c);
+      continue;
+    }
+    std::swap(s[static_cast<size_t>(i)], s[static_cast<size_t>(j)]);
+    out.under[c] = s;
+  }
+  return out;
+}
+
+Axes ChainAxes::permute(const Axes& v, const std::vector<long>& dims) {
+  Axes out;
+  for (unsigned c = 0; c < kInputLayouts; ++c) {
+    const std::string& s = v.under[c];
+    std::string p;
+    bool ok = !s.empty() && dims.size() == s.size();
+    for (size_t i = 0; ok && i < dims.size(); ++i) {
+      const long j = index_of(s, dims[i]);
+      ok = j >= 0 && p.find(s[static_cast<size_t>(j)]) == std::string::npos;
+      if (ok) p += s[static_cast<size_t>(j)];
+    }
+    if (!ok) {
+      possible_ &= ~(1u << c);
+      continue;
+    }
+    out.under[c] = p;
+  }
+  return out;
+}
+
+Axes ChainAxes::remove(const Axes& v, long dim) const {
+  Axes out;
+  for (unsigned c = 0; c < kInputLayouts; ++c) {
+    std::string s = v.under[c];
+    const long i = index_of(s, dim);
+    if (s.empty() || i < 0) continue;
+    s.erase(static_cast<size_t>(i), 1);
+    out.under[c] = s;
+  }
+  return out;
+}
+
+std::optional<InputLayout> ChainAxes::decided() const {
+  if (possible_ & (1u << static_cast<unsigned>(InputLayout::kBF))) return std::nullopt;
+  std::optional<InputLayout> one;
+  for (unsigned c = 0; c < static_cast<unsigned>(InputLayout::kBF); ++c) {
+    if (!(possible_ & (1u << c))) continue;
+    if (one) return std::nullopt;
+    one = static_cast<InputLayout>(c);
+  }
+  return one;
+}
+
+}  // namespace ferry::conv

@@ -1,0 +1,74 @@
+// Which axis is which, along a chain read from a file (mapping/script_chain.h,
+// mapping/sequential_chain.h), so that the model's input layout is read from
+// the file rather than guessed.
+//
+// The model input is one of four layouts: [B, T, F], [T, B, F], [B, F, T]
+// (ferry's --layout btf / tbf / bft) or [B, F] (no time axis). Until
+// something pins it down, all four are possible. Every value derived from
+// the input carries its own axes under each layout still possible ("BTF",
+// "BF" after the last step is taken, "" where that input layout cannot
+// reach it), and each op rules out the layouts under which it would not
+// act as ferry's layer does: a Conv1d needs [B, C, T], an LSTM with
+// batch_first=True [B, T, F], a Linear the features last, a BatchNorm1d the
+// features at dim 1, `x[:, -1]` the time axis at dim 1. A transpose swaps
+// axes under every layout. When no layout is left, the chain means
+// something ferry does not run (a Linear over the time axis): refused.
+//
+// ferry keeps one layout inside a model, so the transposes themselves are
+// not layers: they only decide which input layout the chain needs.
+#pragma once
+
+#include <array>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ferry::conv {
+
+// The input layouts, as bits of ChainAxes::possible().
+enum class InputLayout : unsigned { kBTF = 0, kTBF = 1, kBFT = 2, kBF = 3 };
+constexpr unsigned kInputLayouts = 4;
+
+// A value's axes under each input layout ("" where it is ruled out).
+struct Axes {
+  std::array<std::string, kInputLayouts> under;
+};
+
+class ChainAxes {
+ public:
+  // The model input: each layout's own axes.
+  Axes input() const;
+
+  unsigned possible() const { return possible_; }
+
+  // Each rules out the layouts under which `v` does not fit, and returns
+  // false when that leaves none (the caller says why).
+  // The axis at `dim` (negative counts from the end) is `axis` ('B', 'T', 'F').
+  bool require_axis(const Axes& v, long dim, char axis);
+  // `v` is exactly `axes` ("BFT"), or "BF" too when `or_collapsed`.
+  bool require_exactly(const Axes& v, const char* axes, bool or_collapsed);
+  // The features are last (a Linear, LayerNorm, softmax(dim=-1)).
+  bool require_features_last(const Axes& v) { return require_axis(v, -1, 'F'); }
+  // `a` and `b` have the same axes (an elementwise add).
+  bool require_same(const Axes& a, const Axes& b);
+  // A returned value: a sequence comes out in the input's layout, or it has
+  // no time axis left.
+  bool require_output(const Axes& v);
+
+  // Ops on axes. transpose() rules out the layouts where a dim is out of range.
+  Axes transpose(const Axes& v, long d0, long d1);
+  Axes permute(const Axes& v, const std::vector<long>& dims);  // torch.permute: axis i of the result is dims[i]
+  Axes remove(const Axes& v, long dim) const;  // the axis at `dim` reduced away (last step, mean)
+
+  // The one layout with a time axis left possible, when [B, F] is ruled out;
+  // nullopt when the chain fits several (it does not care) or none.
+  std::optional<InputLayout> decided() const;
+
+ private:
+  unsigned possible_ = (1u << kInputLayouts) - 1;
+};
+
+// "[B, C, T]"-style text of the layouts still possible, for messages.
+std::string layouts_text(unsigned possible);
+
+}  // namespace ferry::conv

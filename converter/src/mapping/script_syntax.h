@@ -1,0 +1,84 @@
+// The syntax of TorchScript code, as torch.jit.save prints a module's
+// `forward` into code/ (PYTORCH_FORMAT.md §3): read as text into a small
+// tree, never run. mapping/script_chain.h gives the tree its meaning.
+//
+// What is read is the subset the printer emits for straight-line code:
+//
+//   statement := 'return' expr
+//              | NAME [':' type] '=' expr                 x = ..., x : Tensor = ...
+//              | NAME (',' NAME)* [','] '=' expr          a, b, = ...  (a tuple unpacked)
+//              | expr                                     a call kept for its effect
+//   expr      := primary ( '(' args ')' | '[' subscript ']' | '.' NAME )*
+//   primary   := NAME | NUMBER | '-' NUMBER | STRING | '(' expr ')' | tuple | list
+//   args      := [ (NAME '=' expr | expr) (',' ...)* [','] ]
+//   subscript := (expr | [expr] ':' [expr] [':' [expr]]) (',' ...)*
+//
+// Anything else (if / for / while / with, operators, lambdas) is a statement
+// of kind kOther: the reader stops there and says which line it was.
+//
+// Limits, so that hostile code costs little: a statement of at most
+// kMaxStatementChars characters (continuation lines included), expressions
+// nested at most kMaxNesting deep (the parser recurses once per level).
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+namespace ferry::conv::script {
+
+constexpr size_t kMaxStatementChars = size_t{1} << 16;
+constexpr size_t kMaxNesting = 64;
+
+struct Expr {
+  enum Kind {
+    kName,       // text: an identifier (True, False, None included)
+    kNumber,     // text: as written ("-1", "0.", "1.0000000000000001e-05")
+    kString,     // text: the value, quotes and escapes removed
+    kCall,       // items[0] the callee, items[1..] the arguments; names[i] the keyword of items[i+1] ("" positional)
+    kAttribute,  // items[0].text
+    kSubscript,  // items[0][items[1], ...]
+    kTuple,      // (items...)
+    kList,       // [items...]
+    kSlice,      // start:stop:step inside a subscript, each item a kName "None" where left out
+  };
+  Kind kind = kName;
+  std::string text;
+  std::vector<Expr> items;
+  std::vector<std::string> names;
+
+  bool is_name(const char* s) const { return kind == kName && text == s; }
+};
+
+struct Statement {
+  enum Kind { kAssign, kReturn, kExpression, kOther };
+  Kind kind = kOther;
+  std::vector<std::string> targets;  // kAssign: one name, or several for a tuple unpacked
+  Expr value;                        // kAssign / kReturn / kExpression
+  std::string why;                   // kOther: what it is ("a branch (if)", "a loop (for)", a syntax error)
+};
+
+struct Parameter {
+  std::string name;
+  bool has_default = false;
+  Expr default_value;
+};
+
+// A `def forward(...)` as its code/ lines give it: the parameters (the first
+// is the module itself, whatever it is called) and the body's logical lines
+// (continuation lines joined).
+struct Function {
+  std::vector<Parameter> parameters;
+  std::vector<std::string> body;
+};
+
+// Splits the lines of a `def` into its signature and body. Throws Error when
+// the signature cannot be read.
+Function parse_function(const std::vector<std::string>& lines);
+
+// Parses one logical line of a body (leading spaces allowed). Never throws
+// for what the code says: unreadable text is a kOther statement with the
+// reason.
+Statement parse_statement(const std::string& line);
+
+}  // namespace ferry::conv::script
