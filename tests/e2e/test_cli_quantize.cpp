@@ -8,6 +8,7 @@
 #include <string>
 
 #include "cli_runner.h"
+#include "io/npy.h"
 
 namespace {
 
@@ -114,3 +115,50 @@ TEST(CliQuantize, BadOptionsAreRefused) {
 }
 
 }  // namespace
+
+// Models whose input is not a float sequence the accuracy pass could make up
+// blindly: token ids into an Embedding (synthetic ids within its rows, or the
+// user's int64 ids as calibration), and a Conv1d without padding (it needs its
+// kernel's span of steps: the synthetic input is long enough, and too short
+// a calibration array is refused naming the shortest input). Each quantized
+// model still matches PyTorch's fp32 output within the dtype's bound.
+TEST(CliQuantize, TokenAndUnpaddedConvModelsQuantize) {
+  TempDir dir;
+  const std::string ops = std::string(FERRY_FIXTURES_DIR) + "/ops/";
+  const struct {
+    const char* fixture;
+    const char* flags;
+    double tolerance;
+  } cases[] = {
+      {"char_lstm", "--graph 'emb > lstm > fc > logsoftmax' --layout btf --quantize int8", 2e-2},
+      {"char_lstm", "--graph 'emb > lstm > fc > logsoftmax' --layout btf --quantize int4 --calibration __in__", 1e-1},
+      {"conv_k3_valid", "--graph conv --layout btf --quantize f16", 1e-2},
+  };
+  for (const auto& c : cases) {
+    std::string flags = c.flags;
+    const size_t at = flags.find("__in__");
+    if (at != std::string::npos) flags.replace(at, 6, shell_quote(ops + c.fixture + ".in.npy"));
+    const std::string out = dir / (std::string(c.fixture) + ".fb");
+    const CommandResult conv = run_ferry("convert " + shell_quote(ops + c.fixture + ".pt") + " " + shell_quote(out) +
+                                         " " + flags, dir);
+    ASSERT_EQ(conv.status, 0) << c.fixture << " " << flags << ": " << conv.err;
+    EXPECT_TRUE(contains(conv.out, "accuracy model")) << conv.out;
+    const CommandResult run = run_ferry("run " + shell_quote(out) + " --input " + shell_quote(ops + c.fixture + ".in.npy") +
+                                        " --output " + shell_quote(dir / "y.npy") + " --quiet --expect " +
+                                        shell_quote(ops + c.fixture + ".out.npy") + " --tolerance " +
+                                        std::to_string(c.tolerance), dir);
+    EXPECT_EQ(run.status, 0) << c.fixture << " " << flags << ": " << run.out << run.err;
+  }
+  // Calibration shorter than an unpadded conv's kernel span (3): [B 1, T 2, F 4].
+  ferry::conv::NpyArray two_steps;
+  two_steps.shape = {1, 2, 4};
+  two_steps.data.assign(8, 0.5f);
+  ferry::conv::write_npy(dir / "short.npy", two_steps);
+  const CommandResult short_cal =
+      run_ferry("convert " + shell_quote(ops + "conv_k3_valid.pt") + " " + shell_quote(dir / "s.fb") +
+                    " --graph conv --layout btf --quantize f16 --calibration " + shell_quote(dir / "short.npy"),
+                dir);
+  EXPECT_EQ(short_cal.status, 1) << short_cal.err;
+  EXPECT_TRUE(contains(short_cal.err, "2 steps; the model takes at least 3")) << short_cal.err;
+  EXPECT_FALSE(std::filesystem::exists(dir / "s.fb"));
+}

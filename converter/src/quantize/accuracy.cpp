@@ -132,16 +132,25 @@ std::vector<std::pair<float, float>> measure_drift(const ModelPlan& f32, const s
   const size_t I = info.input_size, O = info.output_size;
   // The input's steps sample by sample, cycled: real data when calibrated.
   const size_t rows = in.batch * in.seq;
-  std::vector<float> ya(O), yb(O);
+  std::vector<float> ya(O), yb(O), xt(I);
   const size_t window = kDriftSteps / 100;
   std::vector<double> start(quantized.size(), 0.0), end(quantized.size(), 0.0);
   for (uint32_t t = 0; t < kDriftSteps; ++t) {
     const size_t r = t % rows, sample = r / in.seq, step = r % in.seq;
-    const size_t at = f32.batch_first ? sample * in.seq + step : step * in.batch + sample;
-    const float* x = in.x.data() + at * I;
-    if (ferry_step(sa.get(), x, 1, ya.data(), O) != FERRY_OK) throw Error(runtime_error("step"));
+    const size_t at = f32.batch_first || f32.channels_first ? sample * in.seq + step : step * in.batch + sample;
+    if (!in.tokens) {
+      // The step's features; [B,F,T] keeps them a whole sequence apart.
+      for (size_t f = 0; f < I; ++f)
+        xt[f] = f32.channels_first ? in.x[(sample * I + f) * in.seq + step] : in.x[at * I + f];
+    }
+    const auto advance = [&](ferry_session* s, float* y) {
+      const ferry_status st = in.tokens ? ferry_step_tokens(s, in.ids.data() + at, 1, y, O)
+                                        : ferry_step(s, xt.data(), 1, y, O);
+      if (st != FERRY_OK) throw Error(runtime_error("step"));
+    };
+    advance(sa.get(), ya.data());
     for (size_t m = 0; m < sessions.size(); ++m) {
-      if (ferry_step(sessions[m]->get(), x, 1, yb.data(), O) != FERRY_OK) throw Error(runtime_error("step"));
+      advance(sessions[m]->get(), yb.data());
       double sq = 0;
       for (size_t i = 0; i < O; ++i) sq += (static_cast<double>(yb[i]) - ya[i]) * (static_cast<double>(yb[i]) - ya[i]);
       if (t < window) start[m] += sq;

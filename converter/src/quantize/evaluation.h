@@ -19,16 +19,24 @@ namespace ferry::conv {
 
 struct QuantizeRequest;
 
-// The evaluation input, in the model's layout.
+// The evaluation input, in the model's layout: floats, or for a model
+// whose first layer is an Embedding, token ids.
 struct EvalInput {
   std::vector<float> x;
+  std::vector<int32_t> ids;  // token ids, when `tokens`
+  bool tokens = false;
   size_t batch = 0, seq = 1;
   std::string description;
   bool calibrated = false;  // from --calibration (real data), not synthetic
 };
 
-// The calibration array (checked against the model's input shape), else
-// seeded synthetic input uniform in [-1, 1).
+// Whether the plan's input has a time axis: a recurrent or Conv1d layer, a
+// channels-first or token input, or a recorded one.
+bool plan_has_time_axis(const ModelPlan& plan);
+
+// The calibration array (checked against the model's input shape and its
+// shortest input, ferry_model_info.min_seq), else seeded synthetic input:
+// floats uniform in [-1, 1), or token ids uniform over the embedding's rows.
 EvalInput evaluation_input(const ModelPlan& plan, const QuantizeRequest& r);
 
 // A model built in memory (no self-test, no hash, no report) and loaded.
@@ -56,7 +64,7 @@ class Session {
   ferry_session* s_ = nullptr;
 };
 
-// The plan's output for the whole input (one ferry_run).
+// The plan's output for the whole input (one ferry_run, or ferry_run_tokens).
 std::vector<float> run_plan(const ModelPlan& plan, const EvalInput& in);
 
 std::string runtime_error(const char* what);
