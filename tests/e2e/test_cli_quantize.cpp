@@ -36,8 +36,11 @@ TEST(CliQuantize, Int8PrintsTheReportAndInspectShowsIt) {
   EXPECT_TRUE(contains(r.out, "kept f32: 32 weights")) << r.out;
   EXPECT_TRUE(contains(r.out, "accuracy model      int8  max abs")) << r.out;
   EXPECT_TRUE(contains(r.out, "drift    10000 streamed steps")) << r.out;
-  // With calibration: GPTQ by default, and both roundings side by side.
-  EXPECT_TRUE(contains(r.out, "quantize lstm       int8  rounded gptq")) << r.out;
+  // With calibration: both roundings measured side by side, and each layer
+  // takes the one that did better on the calibration data: for this int8
+  // LSTM, nearest (GPTQ's rms is 2.7x larger here); the line says why.
+  EXPECT_TRUE(contains(r.out, "quantize lstm       int8  rounded nearest  (rms ")) << r.out;
+  EXPECT_TRUE(contains(r.out, "against gptq's")) << r.out;
   EXPECT_TRUE(contains(r.out, "accuracy model      int8  max abs")) << r.out;
   EXPECT_TRUE(contains(r.out, "rounding lstm       int8  max abs")) << r.out;
   EXPECT_TRUE(contains(r.out, "rounding model      int8  max abs")) << r.out;

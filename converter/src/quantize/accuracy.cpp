@@ -209,6 +209,24 @@ QuantizeOutcome quantize_plan(ModelPlan& plan, const QuantizeRequest& request) {
     e.rounding = rounding_label(precisions);
     return e;
   };
+  if (may_switch) {
+    // Per layer, the rounding that measured better on the calibration data
+    // (RMS of the model's output with that layer alone quantized); GPTQ on
+    // a tie.
+    for (LayerPrecision& p : out.precisions) {
+      if (!is_integer(p.dtype)) continue;
+      LayerPrecision nearest = p;
+      nearest.rounding = Rounding::Nearest;
+      const ErrorStatsPlan g = layer_error(p), n = layer_error(nearest);
+      if (n.rms < g.rms) {
+        char text[160];
+        std::snprintf(text, sizeof text, "(rms %.3g against gptq's %.3g on the calibration data)",
+                      n.rms, g.rms);
+        p.rounding = Rounding::Nearest;
+        p.reason = p.reason.empty() ? text : p.reason + "; " + text;
+      }
+    }
+  }
   std::vector<ErrorStatsPlan> alone;
   for (const LayerPrecision& p : out.precisions) alone.push_back(layer_error(p));
   ErrorStatsPlan model = model_error(out.precisions);
