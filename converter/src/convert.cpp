@@ -99,6 +99,10 @@ std::optional<RecordedChain> recorded_chain(const std::string& path, const Check
 }  // namespace
 
 ConvertResult convert(const ConvertRequest& request) {
+  const auto stage = [&request](const std::string& what) {
+    if (request.stage) request.stage(what);
+  };
+  stage("reading " + request.input);
   LoadOptions load;
   load.key = request.key;
   // A file, or a distributed checkpoint directory (checkpoint/dcp.h).
@@ -199,7 +203,9 @@ ConvertResult convert(const ConvertRequest& request) {
   }
   if (request.on_plan) request.on_plan(report);
   if (request.quantize.dtype != DType::F32) {
-    QuantizeOutcome q = quantize_plan(plan, request.quantize);
+    QuantizeRequest quantize = request.quantize;
+    if (request.stage) quantize.stage = [&stage](const std::string& what) { stage("quantizing: " + what); };
+    QuantizeOutcome q = quantize_plan(plan, quantize);
     report.precisions = std::move(q.precisions);
     report.fallback_moves = std::move(q.decisions);
     report.quantization = plan.quantization;
@@ -207,6 +213,7 @@ ConvertResult convert(const ConvertRequest& request) {
 
   // A one-file checkpoint is open for the writer's in-kernel copies (a
   // directory's tensors are converted element by element: no source_offset).
+  stage("writing " + (request.output.empty() ? std::string("the model") : request.output));
   std::optional<SourceFd> source;
   if (file) source.emplace(request.input);
   WriteOptions write;

@@ -47,6 +47,10 @@ struct ConvertRequest {
   SelfTestPolicy selftest = SelfTestPolicy::Auto;
   QuantizeRequest quantize;           // --quantize, --calibration, --max-error, --fallback
   Progress progress;                  // while the weights are written
+  // Called as each long step starts ("reading", "quantizing: GPTQ
+  // lstm.weight_hh_l0 (int4)", "writing"): the CLI's progress line on a
+  // terminal. May be empty.
+  std::function<void(const std::string&)> stage;
   // Called once the conversion is planned, before anything is written, with
   // the report's read and planned parts (the CLI prints them here, so a
   // conversion that fails while writing still shows what it read).

@@ -2,6 +2,7 @@
 // read, planned and wrote printed as it goes.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -50,7 +51,43 @@ Progress progress_bar(uint64_t input_bytes) {
   };
 }
 
-void print_plan(const std::string& in, const ConvertReport& r) {
+// What the conversion prints: --quiet nothing but errors; the default the
+// plan, the quantization report and what was written (stdout), notes
+// (stderr), and on a terminal a line on stderr naming the step under way,
+// overwritten by the next (nothing of it in a pipe or a log); --verbose also
+// every ignored tensor and each step as a line of its own, terminal or not.
+enum class Verbosity { Quiet, Normal, Verbose };
+
+class StageLine {
+ public:
+  explicit StageLine(Verbosity v) : verbosity_(v), terminal_(isatty(STDERR_FILENO) != 0) {}
+  ~StageLine() { clear(); }
+  void operator()(const std::string& what) {
+    if (verbosity_ == Verbosity::Verbose) {
+      clear();
+      std::fprintf(stderr, "ferry: %s\n", what.c_str());
+    } else if (verbosity_ == Verbosity::Normal && terminal_) {
+      // Cut to a line's width so that \r overwrites all of it.
+      std::fprintf(stderr, "\r\033[Kferry: %.100s ...", what.c_str());
+      shown_ = true;
+    }
+    std::fflush(stderr);
+  }
+  // Before anything else is printed.
+  void clear() {
+    if (!shown_) return;
+    std::fputs("\r\033[K", stderr);
+    std::fflush(stderr);
+    shown_ = false;
+  }
+
+ private:
+  Verbosity verbosity_;
+  bool terminal_;
+  bool shown_ = false;
+};
+
+void print_plan(const std::string& in, const ConvertReport& r, Verbosity verbosity) {
   std::string locations;
   for (const std::string& l : r.storage_locations) locations += (locations.empty() ? "" : ", ") + l;
   std::printf("read     %s: %s, %zu tensors, storages on %s\n", in.c_str(), r.form.c_str(), r.tensor_count,
@@ -66,9 +103,12 @@ void print_plan(const std::string& in, const ConvertReport& r) {
                 l.output_size);
   }
   for (const std::string& f : r.folded) std::printf("folded   %s\n", f.c_str());
-  for (size_t i = 0; i < r.ignored.size() && i < 8; ++i)
+  const size_t shown = verbosity == Verbosity::Verbose ? r.ignored.size() : std::min<size_t>(r.ignored.size(), 8);
+  for (size_t i = 0; i < shown; ++i)
     std::printf("ignored  %s (%s)\n", r.ignored[i].first.c_str(), r.ignored[i].second.c_str());
-  if (r.ignored.size() > 8) std::printf("ignored  ... and %zu more (see ferry inspect)\n", r.ignored.size() - 8);
+  if (r.ignored.size() > shown) {
+    std::printf("ignored  ... and %zu more (ferry inspect, or --verbose, lists them)\n", r.ignored.size() - shown);
+  }
   for (const std::string& n : r.notes) std::fprintf(stderr, "ferry: note: %s\n", n.c_str());
 }
 
@@ -130,7 +170,7 @@ namespace {
 struct ConvertOptions {
   std::string input, output, graph, layout, key, quantize = "f32", calibration, c_array, rounding;
   float max_error = 0;
-  bool batch_first = false, selftest = false, stats = false, fallback = false;
+  bool batch_first = false, selftest = false, stats = false, fallback = false, quiet = false, verbose = false;
   CLI::Option *graph_opt = nullptr, *layout_opt = nullptr, *calibration_opt = nullptr, *max_error_opt = nullptr,
               *c_array_opt = nullptr, *rounding_opt = nullptr;
 };
@@ -167,16 +207,24 @@ int run_convert(const ConvertOptions& o) {
   request.key = o.key;
   if (o.c_array_opt->count()) request.c_array = o.c_array;
   if (o.selftest) request.selftest = conv::SelfTestPolicy::Always;
+  const Verbosity verbosity = o.quiet ? Verbosity::Quiet : o.verbose ? Verbosity::Verbose : Verbosity::Normal;
+  StageLine stage(verbosity);
+  request.stage = [&stage](const std::string& what) { stage(what); };
   Progress bar;  // chosen once the input's size is known
   request.on_plan = [&](const ConvertReport& r) {
-    print_plan(request.input, r);
-    bar = progress_bar(r.input_bytes);
+    stage.clear();
+    if (verbosity != Verbosity::Quiet) print_plan(request.input, r, verbosity);
+    if (verbosity != Verbosity::Quiet) bar = progress_bar(r.input_bytes);
   };
-  request.progress = [&bar](uint64_t done, uint64_t total) {
-    if (bar) bar(done, total);
+  request.progress = [&](uint64_t done, uint64_t total) {
+    if (!bar) return;
+    stage.clear();
+    bar(done, total);
   };
 
   const ConvertReport r = conv::convert(request).report;
+  stage.clear();
+  if (verbosity == Verbosity::Quiet) return 0;
   if (quantized) print_quantization(r);
   std::printf("wrote    %s: %llu bytes (weights %llu bytes), streaming arena (batch 1): %llu bytes\n",
               request.output.c_str(), static_cast<unsigned long long>(r.file_bytes),
@@ -235,6 +283,8 @@ Action declare_convert(CLI::App& app) {
                        ->type_name("model_data.h");
   app.add_flag("--selftest", o->selftest, "Store self-test vectors whatever the model's size");
   app.add_flag("--stats", o->stats, "Print time, throughput and peak memory");
+  auto* quiet = app.add_flag("--quiet,-q", o->quiet, "Print nothing but errors");
+  app.add_flag("--verbose,-v", o->verbose, "Print every ignored tensor and each step as it starts")->excludes(quiet);
   return [o] { return run_convert(*o); };
 }
 

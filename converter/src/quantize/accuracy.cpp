@@ -61,12 +61,14 @@ std::string rounding_label(const std::vector<LayerPrecision>& precisions) {
 // (matrix, dtype) from the moments, collected once.
 class Configurations {
  public:
-  Configurations(const ModelPlan& plan, const EvalInput& in, const std::vector<LayerPrecision>& layers, bool gptq)
-      : plan_(plan) {
+  Configurations(const ModelPlan& plan, const EvalInput& in, const std::vector<LayerPrecision>& layers, bool gptq,
+                 const std::function<void(const std::string&)>& stage)
+      : plan_(plan), stage_(stage) {
     if (!gptq) return;
     std::vector<int> which;
     for (const LayerPrecision& p : layers)
       if (p.dtype != DType::F32) which.push_back(p.layer);  // any of them may end int8 / int4
+    if (stage_) stage_("collecting the calibration moments");
     moments_ = collect_moments(plan, in, which);
   }
 
@@ -101,12 +103,14 @@ class Configurations {
     if (m == moments_.end() || t.shape.size() != 2) throw Error("internal: no calibration moments for '" + t.name + "'");
     std::vector<float> w(static_cast<size_t>(t.numel()));
     t.fill(w.data(), 0, w.size());
+    if (stage_) stage_("GPTQ " + t.name + " (" + precision_name(dtype) + ")");
     slot = std::make_shared<const RoundedMatrix>(round_gptq(t.name, w.data(), t.shape[0], t.shape[1], dtype,
                                                             m->second.matrix()));
     return slot;
   }
 
   const ModelPlan& plan_;
+  const std::function<void(const std::string&)>& stage_;
   std::map<int, InputMoments> moments_;
   std::map<std::pair<int, DType>, std::shared_ptr<const RoundedMatrix>> cache_;
 };
@@ -188,7 +192,7 @@ QuantizeOutcome quantize_plan(ModelPlan& plan, const QuantizeRequest& request) {
   const bool may_switch = both && !request.rounding;  // --fallback may take the other rounding
   for (LayerPrecision& p : out.precisions) p.rounding = preferred;
   const std::vector<float> ref = run_plan(plan, in);
-  Configurations configs(plan, in, out.precisions, both);
+  Configurations configs(plan, in, out.precisions, both, request.stage);
 
   // Each layer alone at its dtype and rounding: its sensitivity (and the
   // fallback's order); measured once per (layer, dtype, rounding).
@@ -198,6 +202,10 @@ QuantizeOutcome quantize_plan(ModelPlan& plan, const QuantizeRequest& request) {
     auto& slot = alone_cache[{p.layer, p.dtype, p.rounding}];
     if (slot.name.empty()) {
       const std::string& name = plan.layers[static_cast<size_t>(p.layer)].name;
+      if (request.stage && p.dtype != DType::F32) {
+        request.stage("measuring " + name + " alone at " + precision_name(p.dtype) +
+                      (is_integer(p.dtype) ? std::string(" ") + rounding_name(p.rounding) : std::string()));
+      }
       slot = p.dtype == DType::F32 ? compare(name, DType::F32, ref, ref)
                                    : compare(name, p.dtype, ref, run_plan(configs.with({p}), in));
       if (is_integer(p.dtype)) slot.rounding = rounding_name(p.rounding);
@@ -205,6 +213,7 @@ QuantizeOutcome quantize_plan(ModelPlan& plan, const QuantizeRequest& request) {
     return slot;
   };
   const auto model_error = [&](const std::vector<LayerPrecision>& precisions) {
+    if (request.stage) request.stage("measuring the quantized model");
     ErrorStatsPlan e = compare("model", smallest(precisions), ref, run_plan(configs.with(precisions), in));
     e.rounding = rounding_label(precisions);
     return e;
@@ -312,6 +321,7 @@ QuantizeOutcome quantize_plan(ModelPlan& plan, const QuantizeRequest& request) {
     }
     stream_of[i] = j;
   }
+  if (request.stage) request.stage("streaming 10,000 steps for the drift");
   const std::vector<std::pair<float, float>> drift = measure_drift(configs.with({}), plans, in, &q.drift_steps);
   if (q.drift_steps) {
     q.drift_start_rms = drift[stream_of[0]].first;

@@ -33,6 +33,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -51,6 +52,10 @@ struct QuantizeRequest {
   std::optional<float> max_error;         // --max-error E
   bool fallback = false;                  // --fallback
   uint64_t seed = 0x5eed;                 // synthetic input
+  // Called as each long step starts ("collecting calibration moments",
+  // "GPTQ lstm.weight_hh_l0 (int4)", "measuring lstm alone at int8", ...),
+  // for a progress display; may be empty.
+  std::function<void(const std::string&)> stage;
 };
 
 struct QuantizeOutcome {
