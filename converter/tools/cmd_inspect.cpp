@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <vector>
@@ -194,11 +195,90 @@ int inspect_model(const std::string& path) {
   return 0;
 }
 
-int inspect_checkpoint(const std::string& path, const std::string& key) {
+// The chain `ferry convert` takes from the file with no --graph, where the
+// file records one (a .pt2 graph, TorchScript code, an nn.Sequential): its
+// text and where it was read from, or why it cannot be read. Empty `from`:
+// the file records no chain.
+struct RecordedChainText {
+  std::string chain, from, layout, not_read;
+  std::vector<std::string> notes;
+};
+
+RecordedChainText recorded_chain_text(const Checkpoint& c, const ModuleSet& modules) {
+  RecordedChainText out;
+  if (c.export_graph) {
+    out.from = "the exported graph";
+    try {
+      const ExportChain chain = export_chain(c);
+      out.chain = chain.graph;
+      out.layout = export_layout_text(chain.layout);
+      out.notes = chain.notes;
+    } catch (const Error& e) {
+      out.not_read = e.what();
+    }
+  } else if (!c.module_objects.empty()) {
+    const bool script = has_script_forward(c);
+    out.from = script ? "the TorchScript code" : "the nn.Sequential's order";
+    try {
+      const RecordedChain r = script ? script_chain(c, modules) : sequential_chain(c, modules);
+      static const char* const kLayouts[] = {"btf", "tbf", "bft", "bf"};
+      out.chain = r.graph;
+      if (r.layout) out.layout = kLayouts[static_cast<unsigned>(*r.layout)];
+    } catch (const Error& e) {
+      out.from = script ? "the TorchScript code" : "the pickled module";
+      out.not_read = e.what();
+    }
+  }
+  return out;
+}
+
+int inspect_checkpoint(const std::string& path, const std::string& key, bool json) {
   LoadOptions load;
   load.key = key;
   const CheckpointInput input = open_checkpoint(path, load);
   const Checkpoint& c = input.checkpoint;
+  const ModuleSet modules = group_modules(c);
+  const RecordedChainText chain = recorded_chain_text(c, modules);
+  if (json) {
+    nlohmann::ordered_json j;
+    j["file"] = path;
+    j["kind"] = "checkpoint";
+    j["form"] = c.form;
+    j["bytes"] = input.bytes();
+    j["sha256"] = input.sha256();
+    j["files"] = nlohmann::ordered_json::array();
+    for (const auto& [name, f] : input.files) j["files"].push_back({{"name", name}, {"bytes", f->size()}});
+    j["tensors"] = nlohmann::ordered_json::array();
+    for (const TensorRef& t : c.tensors) {
+      j["tensors"].push_back({{"name", t.name},
+                              {"dtype", dtype_name(t.dtype)},
+                              {"shape", t.shape},
+                              {"location", t.storage ? t.storage->location : ""},
+                              {"bytes", static_cast<uint64_t>(t.numel()) * dtype_size(t.dtype)},
+                              {"storage", t.storage ? t.storage->key : ""},
+                              {"offset", t.offset}});
+    }
+    j["attributes"] = c.attributes;
+    j["folded"] = nlohmann::ordered_json::array();
+    for (const auto& f : modules.folded) j["folded"].push_back({{"name", f->name}, {"from", f->derivation}});
+    j["modules"] = nlohmann::ordered_json::array();
+    for (const Module& m : modules.modules) j["modules"].push_back({{"path", m.path}, {"description", m.describe()}});
+    j["ignored"] = nlohmann::ordered_json::array();
+    for (const auto& [k, why] : modules.ignored) j["ignored"].push_back({{"name", k}, {"reason", why}});
+    for (const auto& [k, why] : c.ignored) j["ignored"].push_back({{"name", k}, {"reason", why}});
+    if (!chain.from.empty()) {
+      j["recorded_chain"] = {{"from", chain.from}};
+      if (chain.not_read.empty()) {
+        j["recorded_chain"]["chain"] = chain.chain;
+        j["recorded_chain"]["layout"] = chain.layout;
+        j["recorded_chain"]["notes"] = chain.notes;
+      } else {
+        j["recorded_chain"]["not_read"] = chain.not_read;
+      }
+    }
+    std::printf("%s\n", j.dump(1).c_str());
+    return 0;
+  }
   std::printf("%s: %s, %llu bytes%s, sha256 %s\n", path.c_str(), c.form.c_str(),
               static_cast<unsigned long long>(input.bytes()), input.directory ? " read" : "", input.sha256().c_str());
   if (input.directory) {
@@ -214,32 +294,15 @@ int inspect_checkpoint(const std::string& path, const std::string& key) {
                 t.offset ? (" +" + std::to_string(t.offset)).c_str() : "");
   }
   for (const auto& [k, v] : c.attributes) std::printf("attr     %s = %s\n", k.c_str(), v.c_str());
-  const ModuleSet modules = group_modules(c);
   for (const auto& f : modules.folded) std::printf("folded   %s = %s\n", f->name.c_str(), f->derivation.c_str());
   for (const Module& m : modules.modules) std::printf("module   %-20s %s\n", m.path.c_str(), m.describe().c_str());
   for (const auto& [k, why] : modules.ignored) std::printf("ignored  %s (%s)\n", k.c_str(), why.c_str());
-  if (c.export_graph) {
-    // A .pt2 records the network: the chain `convert` reads from its graph.
-    try {
-      const ExportChain chain = export_chain(c);
-      std::printf("chain    %s  (read from the exported graph; input %s)\n", chain.graph.c_str(),
-                  export_layout_text(chain.layout));
-      for (const std::string& note : chain.notes) std::printf("note     %s\n", note.c_str());
-    } catch (const Error& e) {
-      std::printf("chain    not read: %s\n", e.what());
-    }
-  } else if (!c.module_objects.empty()) {
-    // The chain `ferry convert` takes from the file with no --graph, or why it cannot.
-    const bool script = has_script_forward(c);
-    const char* from = script ? "the TorchScript code" : "the nn.Sequential's order";
-    try {
-      const RecordedChain r = script ? script_chain(c, modules) : sequential_chain(c, modules);
-      static const char* const kLayouts[] = {"btf", "tbf", "bft", "bf"};
-      std::printf("chain    %s  (read from %s%s%s)\n", r.graph.c_str(), from, r.layout ? ", input layout " : "",
-                  r.layout ? kLayouts[static_cast<unsigned>(*r.layout)] : "");
-    } catch (const Error& e) {
-      std::printf("chain    not read from %s: %s\n", script ? "the TorchScript code" : "the pickled module", e.what());
-    }
+  if (!chain.from.empty() && chain.not_read.empty()) {
+    std::printf("chain    %s  (read from %s%s%s)\n", chain.chain.c_str(), chain.from.c_str(),
+                chain.layout.empty() ? "" : "; input ", chain.layout.c_str());
+    for (const std::string& note : chain.notes) std::printf("note     %s\n", note.c_str());
+  } else if (!chain.from.empty()) {
+    std::printf("chain    not read from %s: %s\n", chain.from.c_str(), chain.not_read.c_str());
   }
   return 0;
 }
@@ -250,11 +313,8 @@ int run_inspect(const std::string& path, const std::string& key, bool json) {
     MappedFile f(path);
     is_model = f.size() >= 8 && std::memcmp(f.data() + 4, ferry::fb::ModelIdentifier(), 4) == 0;
   }
-  if (json) {
-    if (!is_model) throw UsageError("inspect --json: '" + path + "' is not a .fb model (--json describes models)");
-    return inspect_model_json(path);
-  }
-  return is_model ? inspect_model(path) : inspect_checkpoint(path, key);
+  if (is_model) return json ? inspect_model_json(path) : inspect_model(path);
+  return inspect_checkpoint(path, key, json);
 }
 
 }  // namespace
@@ -273,7 +333,7 @@ Action declare_inspect(CLI::App& app) {
       ->type_name("PATH")
       ->required();
   app.add_option("--key", o->key, "The entry of a checkpoint dict that holds the model")->type_name("NAME");
-  app.add_flag("--json", o->json, "Print one JSON object (model files)");
+  app.add_flag("--json", o->json, "Print one JSON object instead of text");
   return [o] { return run_inspect(o->file, o->key, o->json); };
 }
 

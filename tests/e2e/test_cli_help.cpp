@@ -8,11 +8,14 @@
 //    split as a shell would and handed to the same parser the tool uses.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "cli.h"
 #include "cli_runner.h"
@@ -233,3 +236,30 @@ TEST(CliHelp, ShellWordsSplitsAsAShellDoes) {
 }
 
 }  // namespace
+
+// `ferry inspect --json` is one JSON object for a checkpoint and for a model
+// file, with what a script needs: the checkpoint's tensors and modules and
+// the chain it records; the model's layers and the backends that run it.
+TEST(CliInspectJson, CheckpointAndModelAreOneObjectEach) {
+  TempDir dir;
+  const std::string ts = std::string(FERRY_FIXTURES_DIR) + "/torch2_forms/traced_ts.pt";
+  const auto c = run_ferry("inspect --json " + ferry::test::shell_quote(ts), dir);
+  ASSERT_EQ(c.status, 0) << c.err;
+  const nlohmann::json j = nlohmann::json::parse(c.out);
+  EXPECT_EQ(j.at("kind"), "checkpoint");
+  EXPECT_FALSE(j.at("tensors").empty());
+  EXPECT_EQ(j.at("tensors")[0].at("location"), "cuda:0");
+  EXPECT_FALSE(j.at("modules").empty());
+  EXPECT_EQ(j.at("recorded_chain").at("from"), "the TorchScript code");
+  EXPECT_FALSE(j.at("recorded_chain").at("chain").get<std::string>().empty());
+
+  const std::string model = dir / "m.fb";
+  ASSERT_EQ(run_ferry("convert " + ferry::test::shell_quote(ts) + " " + ferry::test::shell_quote(model) + " --quiet", dir)
+                .status,
+            0);
+  const auto m = run_ferry("inspect --json " + ferry::test::shell_quote(model), dir);
+  ASSERT_EQ(m.status, 0) << m.err;
+  const nlohmann::json k = nlohmann::json::parse(m.out);
+  EXPECT_FALSE(k.at("layers").empty());
+  EXPECT_NE(std::find(k.at("backends").begin(), k.at("backends").end(), "reference"), k.at("backends").end());
+}
