@@ -3,7 +3,7 @@
 and rounding, as a table (Markdown) and a plot (SVG), from the ferry CLI.
 
     /usr/bin/python3 scripts/quant_report.py build/converter/ferry \
-        --json quant_report.json --markdown - --svg docs/quantization.svg
+        --json quant_report.json --doc docs/quantization.md --svg docs/quantization.svg
 
 For every model of tests/fixtures/trained/manifest.json (trained on real data
 sets by tests/fixtures/make_trained_fixtures.py, saved as a GPU machine saves
@@ -151,12 +151,23 @@ def svg(report):
     return "\n".join(out) + "\n"
 
 
+def replace_block(path, name, text):
+    """Replaces what lies between <!-- NAME:begin --> and <!-- NAME:end --> in `path`."""
+    doc = open(path).read()
+    begin, end = f"<!-- {name}:begin -->\n", f"<!-- {name}:end -->"
+    if begin not in doc or end not in doc:
+        sys.exit(f"{path} has no {begin.strip()} ... {end} block")
+    head, rest = doc.split(begin, 1)
+    open(path, "w").write(head + begin + text.rstrip("\n") + "\n" + end + rest.split(end, 1)[1])
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("ferry", help="the ferry CLI (build/converter/ferry)")
     ap.add_argument("--json", help="write the measurements here")
     ap.add_argument("--markdown", help="write the tables here ('-': stdout)")
     ap.add_argument("--svg", help="write the plot here")
+    ap.add_argument("--doc", help="replace the tables between the quant-report markers of this Markdown file")
     a = ap.parse_args()
     manifest = json.load(open(os.path.join(TRAINED, "manifest.json")))
     cpu = "unknown CPU"
@@ -183,6 +194,8 @@ def main():
             open(a.markdown, "w").write(text + "\n")
     if a.svg:
         open(a.svg, "w").write(svg(report))
+    if a.doc:
+        replace_block(a.doc, "quant-report", markdown(report))
 
 
 if __name__ == "__main__":

@@ -42,6 +42,17 @@ import torch
 import torch.nn as nn
 
 
+def cpu_model():
+    """The CPU's name as /proc/cpuinfo gives it, else the architecture."""
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def workloads(quick):
     hs = [64, 256] if quick else [64, 256, 1024]
     out = [dict(name=f"W1 H{h}", I=h, H=h, layers=1, B=1, T=1, stream=True) for h in hs]
@@ -127,8 +138,9 @@ def main():
             print(f"round {r + 1} {c['name']}: ferry {c['ferry_us'][-1]:.2f} us, torch {c['torch_us'][-1]:.2f} us",
                   flush=True)
     result = {
-        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, load "
+        "machine": f"{cpu_model()}, {os.cpu_count()} CPUs, load "
                    f"{os.getloadavg()[0]:.1f} at the end",
+        "date": time.strftime("%Y-%m-%d"),
         "torch": torch.__version__, "engine": torch.backends.quantized.engine, "rounds": rounds,
         "unit": "us per step (W1), per sequence or batch (W2, W3)",
         "cases": [{k: c[k] for k in ("name", "I", "H", "layers", "B", "T", "err_ferry", "err_torch",
