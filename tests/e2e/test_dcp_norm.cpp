@@ -25,11 +25,13 @@
 
 #include "cli_runner.h"
 #include "io/npy.h"
+#include "npy_compare.h"
 
 namespace {
 
 using ferry::conv::NpyArray;
 using ferry::conv::read_npy;
+using ferry::test::max_abs_diff;
 using ferry::test::CommandResult;
 using ferry::test::run_ferry;
 using ferry::test::shell_quote;
@@ -107,15 +109,6 @@ std::string convert_args(const Case& c, const std::string& fb, bool with_key) {
                   " --layout " + c.layout;
   if (with_key && !c.key.empty()) a += " --key " + shell_quote(c.key);
   return a;
-}
-
-double max_abs_diff(const NpyArray& a, const NpyArray& b) {
-  double worst = 0;
-  for (size_t i = 0; i < a.data.size(); ++i) {
-    const double e = std::fabs(double{a.data[i]} - double{b.data[i]});
-    if (!(e <= worst)) worst = e;
-  }
-  return worst;
 }
 
 // Converts, then runs on the reference and SIMD backends, whole and (where

@@ -14,11 +14,13 @@
 
 #include "cli_runner.h"
 #include "io/npy.h"
+#include "npy_compare.h"
 
 namespace {
 
 using ferry::conv::NpyArray;
 using ferry::conv::read_npy;
+using ferry::test::max_abs_diff;
 using ferry::test::run_ferry;
 using ferry::test::shell_quote;
 using ferry::test::TempDir;
@@ -76,15 +78,6 @@ std::string graph_for(const Fixture& f) {
     if (pos != std::string::npos) g.replace(pos, 3, "rnn(relu)");
   }
   return g;
-}
-
-double max_abs_diff(const NpyArray& a, const NpyArray& b) {
-  double worst = 0;
-  for (size_t i = 0; i < a.data.size(); ++i) {
-    const double e = std::fabs(double{a.data[i]} - double{b.data[i]});
-    if (!(e <= worst)) worst = e;
-  }
-  return worst;
 }
 
 class FixtureTest : public ::testing::TestWithParam<Fixture> {};

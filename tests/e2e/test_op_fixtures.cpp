@@ -21,12 +21,14 @@
 #include "cli_runner.h"
 #include "ferry/ferry.h"
 #include "io/npy.h"
+#include "npy_compare.h"
 #include "random_models.h"
 
 namespace {
 
 using ferry::conv::NpyArray;
 using ferry::conv::read_npy;
+using ferry::test::max_abs_diff;
 using ferry::test::read_bytes;
 using ferry::test::run_ferry;
 using ferry::test::shell_quote;
@@ -106,15 +108,6 @@ std::string convert_command(const OpFixture& f, const std::string& fb) {
   else if (f.graph) c += " --graph " + shell_quote(*f.graph);
   if (!f.key.empty()) c += " --key " + shell_quote(f.key);
   return c;
-}
-
-double max_abs_diff(const NpyArray& a, const NpyArray& b) {
-  double worst = 0;
-  for (size_t i = 0; i < a.data.size(); ++i) {
-    const double e = std::fabs(double{a.data[i]} - double{b.data[i]});
-    if (!(e <= worst)) worst = e;
-  }
-  return worst;
 }
 
 std::string lengths_flag(const OpFixture& f) {

@@ -20,6 +20,7 @@
 #include "cli_runner.h"
 #include "io/mapped_file.h"
 #include "io/npy.h"
+#include "npy_compare.h"
 #include "io/zip_reader.h"
 #include "pt2_builder.h"
 
@@ -27,6 +28,7 @@ namespace {
 
 using ferry::conv::NpyArray;
 using ferry::conv::read_npy;
+using ferry::test::max_abs_diff;
 using ferry::test::Bytes;
 using ferry::test::CommandResult;
 using ferry::test::run_ferry;
@@ -50,15 +52,6 @@ const std::vector<Export> kExports = {
     {"export_bilstm_dyn", "lstm > mean > out > sigmoid", "batch-first [B,T,F]", false, "bidirectional"},
     {"export_crnn", "conv > bn > relu > gru > last > fc", "channels-first [B,F,T]", false, "looks at steps after"},
 };
-
-double max_abs_diff(const NpyArray& a, const NpyArray& b) {
-  double worst = 0;
-  for (size_t i = 0; i < a.data.size(); ++i) {
-    const double e = std::fabs(double{a.data[i]} - double{b.data[i]});
-    if (!(e <= worst)) worst = e;
-  }
-  return worst;
-}
 
 // Converts `pt2` with no flag and checks what ferry read and ran against
 // PyTorch's output for the fixture.

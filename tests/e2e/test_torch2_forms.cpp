@@ -24,11 +24,13 @@
 
 #include "cli_runner.h"
 #include "io/npy.h"
+#include "npy_compare.h"
 
 namespace {
 
 using ferry::conv::NpyArray;
 using ferry::conv::read_npy;
+using ferry::test::max_abs_diff;
 using ferry::test::run_ferry;
 using ferry::test::shell_quote;
 using ferry::test::TempDir;
@@ -72,15 +74,6 @@ std::string convert_command(const Form& f, const std::string& fb) {
   if (f.layout == "btf" || f.layout == "tbf" || f.layout == "bft") c += " --layout " + f.layout;
   if (!f.key.empty()) c += " --key " + shell_quote(f.key);
   return c;
-}
-
-double max_abs_diff(const NpyArray& a, const NpyArray& b) {
-  double worst = 0;
-  for (size_t i = 0; i < a.data.size(); ++i) {
-    const double e = std::fabs(double{a.data[i]} - double{b.data[i]});
-    if (!(e <= worst)) worst = e;  // NaN counts as the worst
-  }
-  return worst;
 }
 
 std::string lower(std::string s) {
