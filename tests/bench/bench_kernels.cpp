@@ -9,7 +9,11 @@
 //   update   lstm_update of the 64 rows       2,048 gate vectors of 4 x 8
 // The sum of the three is what a W3 step costs at the kernels; `ferry bench
 // --batch 64 --seq 128` on the same shape adds the output rows and the state
-// around it.
+// around it. Where the set has batch_step (f32_avx2, f32_avx512) the backend
+// runs the whole step in it instead (BM_W3FusedStep), and
+// BM_W3BatchStepPerSet compares the two forms, LSTM and GRU, on every set
+// that runs here (FERRY_MAX_ISA=avx2, kernels/registry.h, measures the AVX2
+// set alone on an AVX-512 machine).
 //
 // W2 (2-layer LSTM, I = 32, H = 256, B = 1, T = 512), per chunk of 64 steps
 // (the CPU backend's chunk at batch 1):
@@ -295,6 +299,110 @@ void BM_W3FusedStep(benchmark::State& state) {
   report(state, double(kB) * kCols * (kI + kH));
 }
 
+// A W3-shaped step (I 64, H 256, B 64) of an LSTM (G 4) or a GRU (G 3) on
+// any runnable set, as the backend runs a batch of 64: the set's batch_step
+// (fused) or the gemm + update it replaces (the input gemm from the bias;
+// GRU: the recurrent gemm into a copy whose n slot starts from b_hn, as
+// backend/cpu/recurrent.cpp does); with cold:1, the weights are flushed from
+// every cache before each step (untimed), as another core's work can leave
+// them in the L3 the cores share: the step's sensitivity to that (x86 only).
+// Compare sets in one process:
+//   ferry_bench_kernels --benchmark_filter=W3BatchStepPerSet --benchmark_enable_random_interleaving=true
+struct W3Cell {
+  std::mt19937 rng{23};
+  uint32_t G;
+  Panel8 w_ih, w_hh, bias, b_hn;
+  Floats x, h, c, h_new, pre, rec;
+  explicit W3Cell(uint32_t gates)
+      : G(gates),
+        w_ih(rng, kI, kH, gates),
+        w_hh(rng, kH, kH, gates),
+        bias(rng, 1, kH, gates, 0.1f),
+        b_hn(rng, 1, kH, 1, 0.1f),
+        x(kB * kI, &rng, 1.0f),
+        h(kB * kH, &rng, 0.5f),
+        c(kB * kH, &rng, 0.5f),
+        h_new(kB * kH),
+        pre(kB * kG * kH),
+        rec(kB * kG * kH) {}
+  int kind() const { return G == 4 ? 0 : 1; }
+  // W_ih, W_hh and the biases flushed from every cache level.
+  void evict() {
+#if defined(__x86_64__)
+    for (const Panel8* m : {&w_ih, &w_hh, &bias, &b_hn}) {
+      const char* p = reinterpret_cast<const char*>(m->w.data);
+      const size_t n = layout::panel8_elements(m->w.gates, m->w.units, m->w.cols) * sizeof(float);
+      for (size_t o = 0; o < n; o += 64) _mm_clflush(p + o);
+    }
+    _mm_mfence();
+#endif
+  }
+  uint32_t cols() const { return G * kH; }
+  void fused(const KernelSet* set) {
+    const kernels::BatchStepArgs a{&w_ih.w, x.p,     kI,      &bias.w, &w_hh.w, h.p, kH, G == 4 ? c.p : nullptr,
+                                   kH,      h_new.p, kH,      nullptr, 0,       kH,  G == 3 ? &b_hn.w : nullptr};
+    set->batch_step[kind()](a, 0, kB, 0, layout::panels_of(kH));
+  }
+  void separate(const KernelSet* set) {
+    const uint32_t n = cols();
+    set->gemm({&w_ih.w, x.p, kI, &bias.w, nullptr, pre.p, n, n}, 0, kB, 0, n / 8);
+    float* r = pre.p;
+    if (G == 3) {  // r, z continue the input chains; n starts from b_hn
+      r = rec.p;
+      for (size_t b = 0; b < kB; ++b) {
+        for (uint32_t p = 0; p < kH / 8; ++p) {
+          std::copy(pre.p + b * n + p * 24, pre.p + b * n + p * 24 + 16, r + b * n + p * 24);
+          std::copy(b_hn.data.p + p * 8, b_hn.data.p + p * 8 + 8, r + b * n + p * 24 + 16);
+        }
+      }
+    }
+    set->gemm({&w_hh.w, h.p, kH, nullptr, r, r, n, n}, 0, kB, 0, n / 8);
+    for (size_t b = 0; b < kB; ++b) {
+      const kernels::UpdateArgs u{r + b * n, pre.p + b * n, c.p + b * kH, h.p + b * kH, h_new.p + b * kH, kH, 0};
+      set->update[kind()](u, 0, layout::panels_of(kH));
+    }
+  }
+};
+
+void BM_W3BatchStepPerSet(benchmark::State& state) {
+  flush_denormals();
+  const KernelSet* sets[8];
+  const size_t n = kernels::runnable_simd_kernel_sets(DType::kF32, sets, 8);
+  const size_t i = static_cast<size_t>(state.range(0));
+  const uint32_t G = static_cast<uint32_t>(state.range(1));
+  const bool fused = state.range(2) != 0;
+  if (i >= n) {
+    state.SkipWithError("fewer SIMD kernel sets run here");
+    return;
+  }
+  const KernelSet* set = sets[i];
+  static W3Cell lstm(4), gru(3);
+  W3Cell& w = G == 4 ? lstm : gru;
+  if (fused && !set->batch_step[w.kind()]) {
+    state.SkipWithError("this set has no batch_step for the cell");
+    return;
+  }
+  const bool cold = state.range(3) != 0;
+  for (auto _ : state) {
+    if (cold) {  // the weights out of every cache level, as another core's work may leave them
+      state.PauseTiming();
+      w.evict();
+      state.ResumeTiming();
+    }
+    if (fused) {
+      w.fused(set);
+    } else {
+      w.separate(set);
+    }
+  }
+  const double macs = double(kB) * w.cols() * (kI + kH);
+  const double peak = ferry_bench::fma_peak(std::string(set->name).find("avx512") != std::string::npos);
+  state.counters["GFLOP/s"] = benchmark::Counter(2 * macs, benchmark::Counter::kIsIterationInvariantRate);
+  if (peak > 0) state.counters["of_peak"] = benchmark::Counter(macs / peak, benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(std::string(set->name) + (G == 4 ? " LSTM" : " GRU") + (fused ? " batch_step" : " gemm+update") +
+                 (cold ? ", weights evicted" : ""));
+}
+
 // 1,000 dependent steps per iteration; the time is per step.
 void small_step(benchmark::State& state, uint32_t G, uint32_t H,
                 const KernelSet* set = kernels::best_simd_kernel_set(DType::kF32)) {
@@ -525,6 +633,10 @@ BENCHMARK(BM_W3RecurrentGemm)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_W3LstmUpdate)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_W3Step)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_W3FusedStep)->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_W3BatchStepPerSet)
+    ->ArgsProduct({{0, 1}, {4, 3}, {0, 1}, {0, 1}})
+    ->ArgNames({"set", "G", "fused", "cold"})
+    ->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_W1H16StepKernel)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_W4H16StepKernel)->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_W1H64StepKernel)->Unit(benchmark::kMicrosecond);

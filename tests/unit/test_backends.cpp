@@ -319,6 +319,14 @@ std::vector<Shape> generated_shapes() {
       {L::LSTM, 12, 20, 0, 1, false, true, false, "", 0, 9, 4, false},
       {L::LSTM, 7, 19, 6, 2, true, true, true, "last>fc", 3, 70, 3, true},
       {L::LSTM, 9, 16, 0, 1, true, true, false, "", 0, 66, 3, false},  // direct: h straight to the output rows
+      // The same for the GRU (batch_step with b_hn, or without any bias), and
+      // a step's K = in + h_in across f32_avx2's k passes (160: 2 passes, the
+      // boundary inside W_ih for the GRU, inside W_hh for the LSTM).
+      {L::GRU, 12, 20, 0, 1, false, true, false, "", 0, 9, 4, false},
+      {L::GRU, 7, 19, 0, 2, true, true, true, "last>fc", 3, 70, 3, true},
+      {L::GRU, 9, 16, 0, 1, true, false, false, "", 0, 66, 3, false},
+      {L::GRU, 150, 60, 0, 1, false, true, false, "", 0, 64, 3, false},
+      {L::LSTM, 30, 140, 0, 1, false, true, false, "", 0, 64, 2, false},
       // One sample over W_hh of 256 KiB and more, several chunks: each chunk's
       // steps compute the next chunk's projection (step_project, where the set
       // has it). T 129 ends in a chunk of one step (its input part fused in

@@ -233,30 +233,47 @@ TEST(KernelSets, FusedStepsMatchTheReferenceAndTheBatchedPath) {
   }
 }
 
-// The batched step in one kernel (batch_step, where a set has it) against
-// the input gemm, the recurrent gemm continuing it and update[] it
-// replaces, bit for bit: rows 1 to 13 (every tile remainder, the
-// narrow-batch tiles below 4 rows), hidden sizes with a partial last panel,
-// with and without a bias, rows and panels split as threads split them, and
-// rows that have ended (no update: their c and h_new untouched), and every
-// row running (the AVX-512 set updates two rows a vector).
+// The batched step in one kernel (batch_step, where a set has it: LSTM,
+// GRU) against the input gemm, the recurrent gemm continuing it and
+// update[] it replaces, bit for bit: rows 1 to 13 and 64 (every tile
+// remainder, the narrow-batch tiles below 4 rows) and 70 (a second block of
+// rows in f32_avx2's step), hidden sizes with a partial last panel, input
+// widths below, at and across f32_avx2's k pass (160; its passes split the
+// step's K = in + h_in in equal parts: one pass, or 2 or 3 with the
+// boundaries inside W_ih, on its end or inside W_hh), with and without a
+// bias (GRU: and b_hn), rows and panels
+// split as threads split them, and rows that have ended (no update: their c
+// and h_new untouched), and every row running (the AVX-512 set updates two
+// rows a vector).
 TEST(KernelSets, BatchStepsAreGemmPlusUpdate) {
   const std::vector<const KernelSet*> sets = simd_sets();
   if (sets.empty()) GTEST_SKIP() << "this CPU runs no SIMD kernel set of this build";
   std::mt19937 rng(29);
   size_t checked = 0;
+  struct Shape {
+    uint32_t hidden, k, in;
+  };
+  // k = h_in (the recurrent product's width; h_out with a projection).
+  const Shape shapes[] = {{1, 4, 3},    {7, 10, 4},   {8, 11, 5},    {23, 26, 5},  {40, 43, 2},
+                          {64, 67, 6},  {9, 130, 7},  {16, 100, 100}, {17, 64, 192}, {24, 150, 129},
+                          {8, 128, 128}, {13, 200, 56}, {10, 300, 100}, {12, 150, 250}};
   for (const KernelSet* set : sets) {
     for (int kind = 0; kind < kernels::kCellKinds; ++kind) {
       const auto fused = set->batch_step[kind];
       if (!fused) continue;
-      ASSERT_EQ(kind, kernels::kind_index(layout::CellKind::kLstm)) << set->name << ": only LSTM is defined";
-      for (uint32_t hidden : {1u, 7u, 8u, 23u, 40u, 64u}) {
-        for (size_t rows : {1u, 2u, 3u, 4u, 5u, 8u, 9u, 13u}) {
+      const bool gru = kind == kernels::kind_index(layout::CellKind::kGru);
+      ASSERT_TRUE(gru || kind == kernels::kind_index(layout::CellKind::kLstm)) << set->name << ": LSTM and GRU only";
+      const uint32_t G = gru ? 3 : 4;
+      for (const Shape& sh : shapes) {
+        for (size_t rows : {1u, 2u, 3u, 4u, 5u, 8u, 9u, 13u, 64u, 70u}) {
+          if (rows >= 64 && sh.hidden > 24) continue;  // (time)
           for (bool some_ended : {true, false}) {
-            const uint32_t k = hidden + 3, in = hidden % 5 + 2, cols = layout::gate_row_floats(4, hidden);
+            const uint32_t hidden = sh.hidden, k = sh.k, in = sh.in, cols = layout::gate_row_floats(G, hidden);
             const uint32_t panels = layout::panels_of(hidden);
+            // h rows hold at least the units the GRU update reads (k >= hidden here).
             const size_t ldh = k + 1, ldx = in + 2, ldh_new = hidden + 5, ldg = cols + 8;
-            PackedMatrix w_hh(rng, 4, hidden, k), w_ih(rng, 4, hidden, in), bias(rng, 4, hidden, 1);
+            PackedMatrix w_hh(rng, G, hidden, k), w_ih(rng, G, hidden, in), bias(rng, G, hidden, 1),
+                b_hn(rng, 1, hidden, 1);
             const std::vector<float> h = random_vector(rng, rows * ldh), x = random_vector(rng, rows * ldx),
                                      c0 = random_vector(rng, rows * hidden);
             std::vector<int32_t> lengths(rows);
@@ -264,19 +281,29 @@ TEST(KernelSets, BatchStepsAreGemmPlusUpdate) {
               lengths[b] = some_ended ? static_cast<int32_t>((b * 7 + 3) % 5) : 3;
             }
             const size_t t = 2;
-            const Weight* b_or_null = hidden % 2 ? &bias.w : nullptr;
-            // Expected: the two gemms into gate rows, then update[] on the active rows.
-            std::vector<float> gates(rows * ldg), c_want = c0, h_want(rows * ldh_new, -7.0f);
-            set->gemm(kernels::GemmArgs{&w_ih.w, x.data(), ldx, b_or_null, nullptr, gates.data(), ldg, cols}, 0, rows,
-                      0, cols / layout::kPanel);
-            set->gemm(kernels::GemmArgs{&w_hh.w, h.data(), ldh, nullptr, gates.data(), gates.data(), ldg, cols}, 0,
-                      rows, 0, cols / layout::kPanel);
+            const Weight* b_or_null = (hidden + rows) % 2 ? &bias.w : nullptr;
+            const Weight* bhn_or_null = gru && (hidden + rows) % 3 != 1 ? &b_hn.w : nullptr;
+            // Expected: the two gemms into gate rows (GRU: the recurrent one into
+            // a copy whose n slot starts from b_hn), then update[] on the
+            // active rows.
+            std::vector<float> pre(rows * ldg), c_want = c0, h_want(rows * ldh_new, -7.0f);
+            set->gemm(kernels::GemmArgs{&w_ih.w, x.data(), ldx, b_or_null, nullptr, pre.data(), ldg, cols}, 0, rows, 0,
+                      cols / layout::kPanel);
+            std::vector<float> rec = pre;
+            if (gru) {
+              for (size_t b = 0; b < rows; ++b)
+                for (uint32_t p = 0; p < panels; ++p)
+                  for (uint32_t j = 0; j < layout::kPanel; ++j)
+                    rec[b * ldg + (p * 3 + 2) * layout::kPanel + j] = bhn_or_null ? b_hn.packed[p * layout::kPanel + j] : 0.0f;
+            }
+            set->gemm(kernels::GemmArgs{&w_hh.w, h.data(), ldh, nullptr, rec.data(), rec.data(), ldg, cols}, 0, rows, 0,
+                      cols / layout::kPanel);
             for (size_t b = 0; b < rows; ++b) {
               if (!(t < static_cast<size_t>(lengths[b]))) continue;
-              const kernels::UpdateArgs u{gates.data() + b * ldg,
-                                          gates.data() + b * ldg,
-                                          c_want.data() + b * hidden,
-                                          nullptr,
+              const kernels::UpdateArgs u{rec.data() + b * ldg,
+                                          pre.data() + b * ldg,
+                                          gru ? nullptr : c_want.data() + b * hidden,
+                                          h.data() + b * ldh,
                                           h_want.data() + b * ldh_new,
                                           hidden,
                                           0};
@@ -284,9 +311,10 @@ TEST(KernelSets, BatchStepsAreGemmPlusUpdate) {
             }
             for (int split = 0; split < 2; ++split) {
               std::vector<float> c_got = c0, h_got(rows * ldh_new, -7.0f);
-              const kernels::BatchStepArgs args{&w_ih.w, x.data(),     ldx,    b_or_null,    &w_hh.w, h.data(),
-                                                ldh,     c_got.data(), hidden, h_got.data(), ldh_new, lengths.data(),
-                                                t,       hidden};
+              const kernels::BatchStepArgs args{&w_ih.w,        x.data(),    ldx,          b_or_null,
+                                                &w_hh.w,        h.data(),    ldh,          gru ? nullptr : c_got.data(),
+                                                hidden,         h_got.data(), ldh_new,     lengths.data(),
+                                                t,              hidden,      bhn_or_null};
               if (split == 0) {
                 fused(args, 0, rows, 0, panels);
               } else {  // rows and panels in two parts each, as two threads and two tasks would
@@ -296,9 +324,10 @@ TEST(KernelSets, BatchStepsAreGemmPlusUpdate) {
                 fused(args, mh, rows, 0, ph);
                 fused(args, mh, rows, ph, panels);
               }
-              const std::string what = std::string(set->name) + " H " + std::to_string(hidden) + " rows " +
-                                       std::to_string(rows) + " split " + std::to_string(split) +
-                                       (some_ended ? " some ended" : " all running");
+              const std::string what = std::string(set->name) + (gru ? " GRU" : " LSTM") + " H " +
+                                       std::to_string(hidden) + " k " + std::to_string(k) + " in " +
+                                       std::to_string(in) + " rows " + std::to_string(rows) + " split " +
+                                       std::to_string(split) + (some_ended ? " some ended" : " all running");
               EXPECT_EQ(std::memcmp(c_got.data(), c_want.data(), c_got.size() * sizeof(float)), 0) << what << ": c";
               EXPECT_EQ(std::memcmp(h_got.data(), h_want.data(), h_got.size() * sizeof(float)), 0) << what << ": h";
               ++checked;

@@ -5,8 +5,9 @@
 // per call. Sets, named like XNNPACK's kernels (dtype, then ISA):
 //   f32_reference  portable scalar C++, the oracle (kernels/reference); reads
 //                  any layout; separate sums, libm nonlinearities.
-//   f32_avx2       AVX2 + FMA (kernels/simd/avx2.cpp)
-//   f32_avx512     AVX-512F: the f32_avx2 set with 64-byte GEMM and LSTM step
+//   f32_avx2       AVX2 + FMA (kernels/simd/avx2.cpp; its batched LSTM and GRU
+//                  steps: batch_step.inl)
+//   f32_avx512     AVX-512F: the f32_avx2 set with 64-byte GEMM and LSTM steps
 //   f32_neon       NEON, AArch64 and ARMv7
 // and the quantized sets (f16, i8, i4) below.
 // The SIMD sets are one source (kernels/simd/kernels.inl, math.inl) compiled
@@ -192,8 +193,9 @@ struct UpdateArgs {
 };
 
 // kPanels, a batch (B >= 2): one whole step of rows [m0, m1) in one kernel.
-// Each gate is the chain bias (or 0), then W_ih x, then W_hh h, kept in
-// registers, and the state update is applied to it before anything is
+// Each gate is the chain bias (or 0), then W_ih x, then W_hh h (GRU's n:
+// bias + W_in x and b_hn + W_hn h apart, as gemm + update have them), kept
+// in registers, and the state update is applied to it before anything is
 // stored: the same bits as the input gemm, the recurrent gemm continuing
 // it, then update[] on each active row. Rows past their length
 // (lengths[b] <= t) get no update and keep their state.
@@ -212,6 +214,7 @@ struct BatchStepArgs {
   const int32_t* lengths;  // or null: every row is active
   size_t t;
   uint32_t hidden;
+  const Weight* b_hn = nullptr;  // GRU: [H], or null (the n gate's recurrent chain starts from it)
 };
 
 // kPanels, a chunk's input projection computed in shares beside the steps

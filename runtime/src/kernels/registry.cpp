@@ -1,5 +1,10 @@
 #include "kernels/registry.h"
 
+#include <stdlib.h>
+#include <string.h>
+
+#include <atomic>
+
 #include "kernels/quant/quant.h"
 #include "kernels/reference/reference.h"
 #include "kernels/simd/isa.h"
@@ -21,10 +26,29 @@ constexpr unsigned long kHwcapVfpv4 = 1ul << 16;  // HWCAP_VFPv4: vfma (the quan
 constexpr unsigned long kHwcapAsimdDp = 1ul << 20;  // HWCAP_ASIMDDP (asm/hwcap.h): sdot, udot
 #endif
 
-// The SIMD ISAs, slowest first; each with the CPU check and its sets per dtype.
+// The ISA levels a cap (FERRY_MAX_ISA, below) can name, per architecture
+// family, slowest first: an ISA runs under a cap of its family when its
+// level is at most the cap's.
+enum class IsaFamily : uint8_t { kX86, kArm };
+
+struct IsaLevel {
+  const char* name;
+  IsaFamily family;
+  uint8_t level;
+};
+
+constexpr IsaLevel kLevels[] = {
+    {"avx2", IsaFamily::kX86, 1},   {"avxvnni", IsaFamily::kX86, 2}, {"avx512", IsaFamily::kX86, 3},
+    {"avx512vnni", IsaFamily::kX86, 4}, {"neon", IsaFamily::kArm, 1},    {"neondot", IsaFamily::kArm, 2},
+};
+
+// The SIMD ISAs, slowest first; each with the CPU check, its sets per dtype
+// and its level.
 struct Isa {
   bool (*runs_here)();
   const KernelSet* (*set_for)(DType dtype);
+  IsaFamily family;
+  uint8_t level;
 };
 
 bool avx2_runs_here() {
@@ -137,17 +161,95 @@ const KernelSet* neondot_set(DType dtype) {
 // Per dtype the order is slowest first: f32 avx2 < avx512; i8/i4 avx2 <
 // avxvnni < avx512vnni; neon < neondot.
 const Isa kIsas[] = {
-    {avx2_runs_here, avx2_set},
-    {avx2_f16c_runs_here, avx2_quant_set},
-    {avx512_runs_here, avx512_set},
-    {avxvnni_runs_here, avxvnni_set},
-    {avx512vnni_runs_here, avx512vnni_set},
-    {neon_runs_here, neon_set},
-    {neon_quant_runs_here, neon_quant_set},
-    {neondot_runs_here, neondot_set},
+    {avx2_runs_here, avx2_set, IsaFamily::kX86, 1},
+    {avx2_f16c_runs_here, avx2_quant_set, IsaFamily::kX86, 1},
+    {avx512_runs_here, avx512_set, IsaFamily::kX86, 3},
+    {avxvnni_runs_here, avxvnni_set, IsaFamily::kX86, 2},
+    {avx512vnni_runs_here, avx512vnni_set, IsaFamily::kX86, 4},
+    {neon_runs_here, neon_set, IsaFamily::kArm, 1},
+    {neon_quant_runs_here, neon_quant_set, IsaFamily::kArm, 1},
+    {neondot_runs_here, neondot_set, IsaFamily::kArm, 2},
 };
 
+constexpr size_t kIsaCount = sizeof(kIsas) / sizeof(kIsas[0]);
+
+// Whether `isa` runs under `cap`.
+bool under_cap(const Isa& isa, const IsaCap& cap) {
+  if (!cap.active) return true;
+  if (cap.none) return false;
+  return isa.family != static_cast<IsaFamily>(cap.family) || isa.level <= cap.level;
+}
+
+// FERRY_MAX_ISA, read once per process: the first call parses it and
+// publishes the result in one word (bit 31: read; every thread that races
+// there computes the same word). No function-local static: its guard would
+// need libstdc++ (__cxa_guard_acquire), which a C program linking the
+// static runtime does not bring (tests/package: the C app).
+std::atomic<uint32_t> g_cap_word{0};
+constexpr uint32_t kCapRead = 1u << 31;
+
+uint32_t pack_cap(const IsaCap& c) {
+  return kCapRead | (c.active ? 1u : 0u) | (c.none ? 2u : 0u) | (c.unknown ? 4u : 0u) | (uint32_t{c.family} << 8) |
+         (uint32_t{c.level} << 16);
+}
+
+IsaCap unpack_cap(uint32_t w) {
+  IsaCap c;
+  c.active = (w & 1u) != 0;
+  c.none = (w & 2u) != 0;
+  c.unknown = (w & 4u) != 0;
+  c.family = static_cast<uint8_t>(w >> 8);
+  c.level = static_cast<uint8_t>(w >> 16);
+  return c;
+}
+
+IsaCap process_cap() {
+  uint32_t w = g_cap_word.load(std::memory_order_acquire);
+  if (!(w & kCapRead)) {
+#if defined(__linux__) || defined(__APPLE__)
+    w = pack_cap(parse_isa_cap(getenv("FERRY_MAX_ISA")));
+#else
+    w = pack_cap(parse_isa_cap(nullptr));
+#endif
+    g_cap_word.store(w, std::memory_order_release);
+  }
+  return unpack_cap(w);
+}
+
 }  // namespace
+
+IsaCap parse_isa_cap(const char* value) {
+  IsaCap cap;
+  if (!value || !*value) return cap;
+  cap.active = true;
+  if (strcmp(value, "none") == 0) {
+    cap.none = true;
+    return cap;
+  }
+  for (const IsaLevel& l : kLevels) {
+    if (strcmp(value, l.name) == 0) {
+      cap.family = static_cast<uint8_t>(l.family);
+      cap.level = l.level;
+      return cap;
+    }
+  }
+  cap.active = false;  // not a name of kLevels: no cap
+  cap.unknown = true;
+  return cap;
+}
+
+IsaCap simd_isa_cap() { return process_cap(); }
+
+size_t simd_kernel_sets_under(const IsaCap& cap, DType dtype, const KernelSet** out, size_t capacity) {
+  size_t n = 0;
+  for (const Isa& isa : kIsas) {
+    // The cap and the CPU first: an ISA's accessor is code compiled for that ISA.
+    if (n >= capacity || !under_cap(isa, cap) || !isa.runs_here()) continue;
+    const KernelSet* set = isa.set_for(dtype);
+    if (set) out[n++] = set;
+  }
+  return n;
+}
 
 const KernelSet* reference_kernel_set(DType dtype) {
   switch (dtype) {
@@ -160,19 +262,12 @@ const KernelSet* reference_kernel_set(DType dtype) {
 }
 
 size_t runnable_simd_kernel_sets(DType dtype, const KernelSet** out, size_t capacity) {
-  size_t n = 0;
-  for (const Isa& isa : kIsas) {
-    // The CPU first: an ISA's accessor is code compiled for that ISA.
-    if (n >= capacity || !isa.runs_here()) continue;
-    const KernelSet* set = isa.set_for(dtype);
-    if (set) out[n++] = set;
-  }
-  return n;
+  return simd_kernel_sets_under(process_cap(), dtype, out, capacity);
 }
 
 const KernelSet* best_simd_kernel_set(DType dtype) {
-  const KernelSet* sets[sizeof(kIsas) / sizeof(kIsas[0])];
-  const size_t n = runnable_simd_kernel_sets(dtype, sets, sizeof(kIsas) / sizeof(kIsas[0]));
+  const KernelSet* sets[kIsaCount];
+  const size_t n = runnable_simd_kernel_sets(dtype, sets, kIsaCount);
   return n ? sets[n - 1] : nullptr;
 }
 

@@ -63,6 +63,10 @@ constexpr uint64_t kAlternateMinBytes = 64 * 1024;
 // registers); below, gemm + update, whose update takes 8 panels at a time.
 // f32_avx512 on Zen 4, LSTM(64, 256), `ferry bench --stream --batch B`
 // against gemm + update: B 2 +3%, 4 +7%, 8 -0.6%, 16 -1.5%, 64 -2%.
+// f32_avx2's (batch_step.inl), Zen 4, (64, 256), one step, thread CPU time,
+// min of 150 interleaved rounds: LSTM B 4 32.0 against 32.3 us, 8 56.3 /
+// 65.1, 16 106.2 / 107.8, 64 410 / 445; GRU B 4 20.0 / 23.1, 8 38.8 /
+// 48.9, 16 76.5 / 82.1, 64 298 / 323: never slower, so one threshold.
 constexpr size_t kBatchStepMinRows = 8;
 // A one-sample run on one thread computes each chunk's input projection in
 // shares inside the previous chunk's steps (the set's step_project), for a

@@ -88,7 +88,8 @@ ferry_status choose_kernels(const ferry_model* m, const SessionConfig& config, K
         const Layer& l = m->layers[i];
         if (!kernels::best_simd_kernel_set(l.dtype)) {
           return fail(FERRY_UNSUPPORTED, "backend %s: this CPU has no SIMD kernels in this build (x86-64 needs AVX2 "
-                      "and FMA)", backend == FERRY_BACKEND_SIMD ? "simd" : "xnnpack (its recurrence runs on simd)");
+                      "and FMA)%s", backend == FERRY_BACKEND_SIMD ? "simd" : "xnnpack (its recurrence runs on simd)",
+                      kernels::simd_isa_cap().active ? ", or FERRY_MAX_ISA allows none" : "");
         }
         if (op_has_weights(l.op) && !l.panel8) {
           return fail(FERRY_UNSUPPORTED,

@@ -27,7 +27,8 @@
 //        B >= 2: gemm P[t] += W_hh h for all rows, then the update per row
 //                (a chunk of one step of >= kBatchStepMinRows rows, where
 //                the set has batch_step: the whole step, input part
-//                included, in that one kernel)
+//                included, in that one kernel; LSTM and GRU on f32_avx2
+//                and f32_avx512, whose chunks of B >= 64 are one step)
 //      then the LSTM projection, and the new h is committed to the state and
 //      the output.
 //   Every gate is one FMA chain, so chunking, fusing and threading never
@@ -161,7 +162,8 @@ void batch_panels(void* ctx, size_t begin, size_t end) {
                                    bt->ldh_new,
                                    r.lengths,
                                    bt->t,
-                                   layer.hidden};
+                                   layer.hidden,
+                                   cell.b_hn ? &cell.b_hn : nullptr};
     r.k->batch_step[r.kind](a, 0, r.B, p0, p1);
     return;
   }

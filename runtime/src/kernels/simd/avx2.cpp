@@ -1,4 +1,6 @@
-// The SIMD kernels for x86-64 with AVX2 + FMA (Haswell, Zen and later).
+// The SIMD kernels for x86-64 with AVX2 + FMA (Haswell, Zen and later): the
+// shared kernels (kernels.inl) and the batched LSTM and GRU steps written
+// for 16 vector registers (batch_step.inl).
 // This translation unit alone is compiled with -mavx2 -mfma (runtime/
 // CMakeLists.txt); it is entered only through f32_avx2_kernel_set(), which
 // kernels/registry.cpp hands out after checking the CPU. It includes no
@@ -22,6 +24,9 @@ namespace avx2 {
 #include "kernels/simd/vec_avx2.h"
 #include "kernels/simd/math.inl"
 #include "kernels/simd/kernels.inl"
+#include "kernels/simd/batch_step.inl"
+#define FERRY_SET_LSTM_BATCH_STEP lstm_batch_step
+#define FERRY_SET_GRU_BATCH_STEP gru_batch_step
 #include "kernels/simd/table.inl"
 
 }  // namespace avx2

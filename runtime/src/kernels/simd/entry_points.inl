@@ -10,6 +10,9 @@ void rnn_step(const StepArgs& s, uint32_t p0, uint32_t p1);
 void lstm_update(const UpdateArgs& u, uint32_t p0, uint32_t p1);
 void gru_update(const UpdateArgs& u, uint32_t p0, uint32_t p1);
 void rnn_update(const UpdateArgs& u, uint32_t p0, uint32_t p1);
+// batch_step.inl (16-register ISAs: AVX2; declared everywhere, defined where included)
+void lstm_batch_step(const BatchStepArgs& s, size_t m0, size_t m1, uint32_t p0, uint32_t p1);
+void gru_batch_step(const BatchStepArgs& s, size_t m0, size_t m1, uint32_t p0, uint32_t p1);
 void tanh_inplace(float* x, size_t n);
 void sigmoid_inplace(float* x, size_t n);
 void relu_inplace(float* x, size_t n);

@@ -3,9 +3,10 @@
 // (FERRY_KERNEL_SET_NAME) and may replace the GEMM and the LSTM and GRU
 // steps with wider ones (FERRY_SET_GEMM, FERRY_SET_LSTM_STEP and
 // FERRY_SET_GRU_STEP with their panel groups FERRY_SET_LSTM_GROUP and
-// FERRY_SET_GRU_GROUP: avx512.cpp), and may add a fused batched LSTM step
-// (FERRY_SET_LSTM_BATCH_STEP) and one-sample LSTM and GRU steps that
-// compute a share of the next chunk's input projection in their loop
+// FERRY_SET_GRU_GROUP: avx512.cpp), and may add fused batched LSTM and GRU
+// steps (FERRY_SET_LSTM_BATCH_STEP, FERRY_SET_GRU_BATCH_STEP: avx2.cpp's
+// from batch_step.inl, avx512.cpp's LSTM one) and one-sample LSTM and GRU
+// steps that compute a share of the next chunk's input projection in their loop
 // (FERRY_SET_LSTM_STEP_PROJECT, FERRY_SET_GRU_STEP_PROJECT); every other
 // entry is the entry point of that name visible in the namespace
 // (entry_points.inl). Softmax, log-softmax, LayerNorm and GELU's erf form
@@ -29,6 +30,9 @@
 #endif
 #ifndef FERRY_SET_LSTM_BATCH_STEP
 #define FERRY_SET_LSTM_BATCH_STEP nullptr
+#endif
+#ifndef FERRY_SET_GRU_BATCH_STEP
+#define FERRY_SET_GRU_BATCH_STEP nullptr
 #endif
 #ifndef FERRY_SET_LSTM_STEP_PROJECT
 #define FERRY_SET_LSTM_STEP_PROJECT nullptr
@@ -64,7 +68,7 @@ const KernelSet f32_kernel_set = {
     {nullptr, nullptr, nullptr},
     nullptr,  // activation_bytes, quantize_rows: float activations
     nullptr,
-    {FERRY_SET_LSTM_BATCH_STEP, nullptr, nullptr},
+    {FERRY_SET_LSTM_BATCH_STEP, FERRY_SET_GRU_BATCH_STEP, nullptr},
     {FERRY_SET_LSTM_STEP_PROJECT, FERRY_SET_GRU_STEP_PROJECT, nullptr},
 };
 
@@ -74,5 +78,6 @@ const KernelSet f32_kernel_set = {
 #undef FERRY_SET_GRU_STEP
 #undef FERRY_SET_GRU_GROUP
 #undef FERRY_SET_LSTM_BATCH_STEP
+#undef FERRY_SET_GRU_BATCH_STEP
 #undef FERRY_SET_LSTM_STEP_PROJECT
 #undef FERRY_SET_GRU_STEP_PROJECT
