@@ -56,7 +56,7 @@ def rows_of(data):
 
 def table(data):
     lines = [
-        f"Machine: {data.get('machine', '?')}, backend {data.get('backend', 'auto')}, one thread (rows naming "
+        f"Measured {data.get('date', '?')} with `ferry_bench_torch --json` on {data.get('machine', '?')}, backend {data.get('backend', 'auto')}, one thread (rows naming "
         f"threads: a pool of that many, timed by the wall clock, floors per core); "
         f"FMA peak {data.get('fma_peak_gflops', 0):.1f} GFLOP/s per core. Medians of thread CPU time.",
         "",
@@ -73,7 +73,7 @@ def table(data):
     return "\n".join(lines)
 
 
-def svg(data, width=760):
+def svg(data, width=820):
     """Horizontal dot plot on a log10 time axis: one row per workload."""
     rows = rows_of(data)
     series = [("ferry", "ferry", "#1f77b4"), ("libtorch", "torch", "#d62728"), ("floor", "floor", "#555555")]
@@ -82,7 +82,7 @@ def svg(data, width=760):
     hi = math.ceil(math.log10(max(values)))
     if hi == lo:
         hi += 1
-    left, right, top, row_h = 210, 30, 40, 26
+    left, right, top, row_h = 260, 30, 40, 26
     height = top + row_h * len(rows) + 50
     plot_w = width - left - right
 
@@ -93,7 +93,7 @@ def svg(data, width=760):
            f'font-family="sans-serif" font-size="12">',
            f'<rect width="{width}" height="{height}" fill="white"/>',
            f'<text x="{left}" y="18" font-size="14">ferry vs libtorch vs the floor '
-           f'({html.escape(str(data.get("machine", "")))}, one thread; log scale)</text>']
+           f'({html.escape(str(data.get("machine", "")))}, {html.escape(str(data.get("date", "")))}; log scale)</text>']
     for e in range(lo, hi + 1):
         x = x_of(10 ** e)
         out.append(f'<line x1="{x:.1f}" y1="{top - 8}" x2="{x:.1f}" y2="{top + row_h * len(rows)}" '
@@ -150,6 +150,10 @@ def main():
     a = p.parse_args()
     with open(a.json) as f:
         data = json.load(f)
+    if "date" not in data:  # JSON from a benchmark older than its date field: the file's own
+        import datetime
+        import os
+        data["date"] = datetime.date.fromtimestamp(os.path.getmtime(a.json)).isoformat()
     text = table(data)
     print(text)
     if a.readme:

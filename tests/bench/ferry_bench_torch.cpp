@@ -51,6 +51,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <ctime>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -843,7 +844,10 @@ int main(int argc, char** argv) {
   }
   if (!opt.json.empty()) {
     std::ofstream f(opt.json);
-    f << "{\"machine\": \"" << cpu_model() << "\", \"fma_peak_gflops\": " << 2 * peak / 1e9
+    char date[16] = "";
+    const std::time_t now = std::time(nullptr);
+    std::strftime(date, sizeof date, "%Y-%m-%d", std::localtime(&now));
+    f << "{\"machine\": \"" << cpu_model() << "\", \"date\": \"" << date << "\", \"fma_peak_gflops\": " << 2 * peak / 1e9
       << ", \"fma_peak_avx2_gflops\": " << 2 * peak256 / 1e9
       << ", \"backend\": \"" << opt.backend_name << "\", \"workloads\": [";
     for (size_t i = 0; i < results.size(); ++i) {
