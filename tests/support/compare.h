@@ -24,7 +24,8 @@ inline double max_abs_diff(const std::vector<float>& a, const std::vector<float>
 }
 
 inline bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  // (memcmp with the null data() of an empty vector is undefined.)
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0);
 }
 
 // The result has ferry_run's layout: the sequence output, or the last

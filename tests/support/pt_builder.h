@@ -332,11 +332,13 @@ struct TensorSpec {
 };
 
 inline std::vector<int64_t> contiguous_strides(const std::vector<int64_t>& size) {
+  // Wraps (in unsigned arithmetic) where the sizes overflow: the refusal
+  // tests write absurd sizes on purpose and the readers must refuse them.
   std::vector<int64_t> s(size.size());
-  int64_t acc = 1;
+  uint64_t acc = 1;
   for (size_t i = size.size(); i-- > 0;) {
-    s[i] = acc;
-    acc *= size[i];
+    s[i] = static_cast<int64_t>(acc);
+    acc *= static_cast<uint64_t>(size[i]);
   }
   return s;
 }
