@@ -138,7 +138,10 @@ ConvertResult convert(const ConvertRequest& request) {
     std::optional<RecordedChain> recorded;
     if (!request.graph) {
       recorded = recorded_chain(request.input, checkpoint, modules);
-      if (recorded) plan_options.inferred_graph = recorded->graph;
+      if (recorded) {
+        plan_options.inferred_graph = recorded->graph;
+        chain_notes = recorded->notes;
+      }
     } else if (!checkpoint.module_objects.empty()) {
       // A --graph of the user's: the input layout is still the file's to say
       // (a traced module records batch_first only in its code), where it reads.

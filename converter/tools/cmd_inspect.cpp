@@ -224,6 +224,7 @@ RecordedChainText recorded_chain_text(const Checkpoint& c, const ModuleSet& modu
       static const char* const kLayouts[] = {"btf", "tbf", "bft", "bf"};
       out.chain = r.graph;
       if (r.layout) out.layout = kLayouts[static_cast<unsigned>(*r.layout)];
+      out.notes = r.notes;
     } catch (const Error& e) {
       out.from = script ? "the TorchScript code" : "the pickled module";
       out.not_read = e.what();

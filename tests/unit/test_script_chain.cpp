@@ -286,6 +286,32 @@ TEST(ScriptChain, TupleOutputsAndHiddenState) {
   EXPECT_EQ(chain_of(d).graph, "lstm > last > fc");
 }
 
+TEST(ScriptChain, ASequenceReturnedWithItsOwnFinalStateIsTheSequence) {
+  // A module whose forward returns what its LSTM returns, (y, (h_n, c_n)),
+  // as a traced bare nn.LSTM does: the chain is the sequence's, with a note.
+  const auto tensors = lstm_tensors("lstm", 5, 8) + linear_tensors("fc", 8, 2);
+  const auto net = [&](std::vector<std::string> body, const std::string& lstm_returns) {
+    body.insert(body.begin(), "lstm = self.lstm");
+    return describe(tensors, {{"", "__torch__.Net", forward(body), false, {}}, traced_lstm("lstm", lstm_returns),
+                              traced_linear("fc")});
+  };
+  RecordedChain r = chain_of(net({"return (lstm).forward(x, )"}, "(y, (_3, _4))"));
+  EXPECT_EQ(r.graph, "lstm");
+  ASSERT_EQ(r.notes.size(), 1u);
+  EXPECT_NE(r.notes[0].find("forward also returns the final state of 'lstm'"), std::string::npos) << r.notes[0];
+  EXPECT_TRUE(chain_of(net({"_0, _1, = (lstm).forward(x, )", "return (_0, _1)"}, "(y, _3)")).graph == "lstm");
+  // Not the sequence's own state, not a state at all, or the sequence
+  // carried on after the state was taken: refused as before.
+  EXPECT_NE(refusal(net({"_0, _1, = (lstm).forward(x, )", "return (_1, _0)"}, "(y, _3)")).find("forward returns a tuple of 2"),
+            std::string::npos);
+  EXPECT_NE(refusal(net({"_0, _1, = (lstm).forward(x, )", "return (_0, x)"}, "(y, _3)")).find("forward returns a tuple of 2"),
+            std::string::npos);
+  EXPECT_NE(refusal(net({"_0, _1, = (lstm).forward(x, )", "return ((self.fc).forward(_0, ), _1)"}, "(y, _3)"))
+                .find("forward returns a tuple of 2"),
+            std::string::npos);
+  EXPECT_EQ(chain_of(net({"return (lstm).forward(x, )"}, "y")).notes.size(), 0u);
+}
+
 TEST(ScriptChain, ResidualInEitherOrderAndInPlace) {
   const auto tensors = lstm_tensors("lstm", 8, 8) + linear_tensors("fc", 8, 8);
   const std::vector<std::string> heads[] = {

@@ -60,6 +60,7 @@ struct Val {
   Chain chain;                      // kTensor (null: the input itself)
   Axes axes;                        // kTensor
   std::string hidden;               // kTensor: h_n of this recurrent module (not a sequence)
+  std::string state_of;             // h_n, or the opaque c_n: part of this recurrent module's final state
   unsigned id = 0;                  // kTensor: the storage it views (in-place ops update every alias)
   bool partial = false;             // kTensor: a view of part of another (the last step)
   std::vector<Val> items;           // kTuple / kList
@@ -145,6 +146,15 @@ class Reader {
     in.pos.push_back(input);
     Val out = is_torch_nn(root) && root.final_constants ? class_semantics(root, in) : interpret(root, {input}, {}, true);
     line_.clear();
+    std::vector<std::string> notes;
+    if (const std::string m = sequence_with_its_state(out); !m.empty()) {
+      // A bare recurrent module (scripted or traced) returns (output, h_n)
+      // or (output, (h_n, c_n)): ferry's output is the sequence, and the
+      // final state is the session's (ferry_state_get).
+      out = Val(out.items[0]);
+      notes.push_back("forward also returns the final state of '" + m +
+                      "': ferry's output is the sequence; the state is ferry_state_get's");
+    }
     if (out.kind != Val::kTensor) fail("forward returns " + what(out) + ", not one tensor");
     if (!out.hidden.empty()) fail("forward returns the final state h_n of '" + shown(out.hidden) + "' as a whole");
     if (!out.chain) fail("forward returns its input");
@@ -155,6 +165,7 @@ class Reader {
     RecordedChain r;
     r.graph = format_graph(elements_of(out.chain));
     r.layout = axes_.decided();
+    r.notes = std::move(notes);
     return r;
   }
 
@@ -163,6 +174,30 @@ class Reader {
     std::string path;  // whose forward
     std::map<std::string, Val> vars;
   };
+
+  // The recurrent module whose (sequence, final state) tuple `v` is, as its
+  // forward returns it; empty if `v` is anything else. The sequence must
+  // come from that module, the last on the chain.
+  static std::string sequence_with_its_state(const Val& v) {
+    if (v.kind != Val::kTuple || v.items.size() < 2) return {};
+    const Val& y = v.items[0];
+    if (y.kind != Val::kTensor || !y.hidden.empty() || !y.chain || y.partial) return {};
+    std::string module;
+    std::vector<const Val*> rest;
+    for (size_t i = 1; i < v.items.size(); ++i) rest.push_back(&v.items[i]);
+    while (!rest.empty()) {
+      const Val* s = rest.back();
+      rest.pop_back();
+      if (s->kind == Val::kTuple) {
+        for (const Val& item : s->items) rest.push_back(&item);
+        continue;
+      }
+      if (s->state_of.empty() || (!module.empty() && s->state_of != module)) return {};
+      module = s->state_of;
+    }
+    if (module.empty() || y.chain->element.module != module) return {};
+    return module;
+  }
 
   // ---------------------------------------------------------------- errors --
   [[noreturn]] void fail(const std::string& why) const {
@@ -946,7 +981,7 @@ class Reader {
     Val t = Val::of(Val::kTuple);
     add_item(t, y);
     add_item(t, final_state(y, m));
-    if (kind == CellKind::kLstm) add_item(t, Val::opaque("the final cell state c_n of '" + shown(m.path) + "'"));
+    if (kind == CellKind::kLstm) add_item(t, cell_state(m));
     return t;
   }
 
@@ -970,10 +1005,17 @@ class Reader {
   Val final_state(const Val& y, const Module& m) {
     Val h = y;
     h.hidden = m.path;
+    h.state_of = m.path.empty() ? kRootModuleName : m.path;
     for (unsigned c = 0; c < kInputLayouts; ++c)
       if (!h.axes.under[c].empty()) h.axes.under[c] = "LBF";
     h.id = ++ids_;
     return h;
+  }
+
+  static Val cell_state(const Module& m) {
+    Val c = Val::opaque("the final cell state c_n of '" + shown(m.path) + "'");
+    c.state_of = m.path.empty() ? kRootModuleName : m.path;
+    return c;
   }
 
   // ------------------------------------------------------------- modules --
@@ -1014,7 +1056,7 @@ class Reader {
             // (output, (h_n, c_n)): c_n is not on any chain ferry runs.
             Val state = Val::of(Val::kTuple);
             add_item(state, h);
-            add_item(state, Val::opaque("the final cell state c_n of '" + shown(path) + "'"));
+            add_item(state, cell_state(*m));
             add_item(t, state);
           } else {
             add_item(t, h);

@@ -43,6 +43,7 @@
 #include <cstddef>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "checkpoint/checkpoint.h"
 #include "mapping/chain_axes.h"
@@ -55,6 +56,7 @@ namespace ferry::conv {
 struct RecordedChain {
   std::string graph;  // in --graph syntax
   std::optional<InputLayout> layout;
+  std::vector<std::string> notes;  // what the chain leaves out of the forward's result
 };
 
 constexpr size_t kMaxScriptCallDepth = 32;
