@@ -55,6 +55,31 @@ TEST(CliQuantize, Int8PrintsTheReportAndInspectShowsIt) {
   EXPECT_EQ(s.status, 0) << s.out << s.err;
 }
 
+TEST(CliQuantize, VerboseNamesEachStepAndQuietPrintsNothing) {
+  // Off a terminal the default prints no step; --verbose prints each as a
+  // line on stderr, GPTQ's matrices counted; --quiet prints nothing at all.
+  TempDir dir;
+  const std::string calibration = " --calibration " + shell_quote(kTrained + "sunspots_lstm.calibration.npy");
+  const CommandResult v = run_ferry(sunspots(dir / "v.fb", "--quantize int4 --rounding gptq --verbose" + calibration), dir);
+  ASSERT_EQ(v.status, 0) << v.err;
+  EXPECT_TRUE(contains(v.err, "ferry: reading ")) << v.err;
+  EXPECT_TRUE(contains(v.err, "ferry: quantizing: collecting the calibration moments")) << v.err;
+  // The two-layer LSTM's W_ih and W_hh (the small Linear stays f32): four matrices.
+  EXPECT_TRUE(contains(v.err, "ferry: quantizing: GPTQ 1/4 lstm.l0.w_ih (int4)")) << v.err;
+  EXPECT_TRUE(contains(v.err, "ferry: quantizing: GPTQ 4/4 lstm.l1.w_hh (int4)")) << v.err;
+  EXPECT_FALSE(contains(v.err, "GPTQ 5/")) << v.err;
+  EXPECT_TRUE(contains(v.err, "ferry: writing ")) << v.err;
+  EXPECT_TRUE(contains(v.out, "accuracy model      int4")) << v.out;
+  const CommandResult n = run_ferry(sunspots(dir / "n.fb", "--quantize int4 --rounding gptq" + calibration), dir);
+  ASSERT_EQ(n.status, 0) << n.err;
+  EXPECT_FALSE(contains(n.err, "GPTQ")) << n.err;
+  const CommandResult q = run_ferry(sunspots(dir / "q.fb", "--quantize int4 --rounding gptq --quiet" + calibration), dir);
+  ASSERT_EQ(q.status, 0) << q.err;
+  EXPECT_EQ(q.out, "");
+  EXPECT_EQ(q.err, "");
+  EXPECT_TRUE(std::filesystem::exists(dir / "q.fb"));
+}
+
 TEST(CliQuantize, MaxErrorRefusesAndLeavesNothing) {
   TempDir dir;
   const std::string out = dir / "q.fb";

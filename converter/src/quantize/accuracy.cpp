@@ -1,5 +1,6 @@
 #include "quantize/accuracy.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -66,8 +67,10 @@ class Configurations {
       : plan_(plan), stage_(stage) {
     if (!gptq) return;
     std::vector<int> which;
-    for (const LayerPrecision& p : layers)
+    for (const LayerPrecision& p : layers) {
       if (p.dtype != DType::F32) which.push_back(p.layer);  // any of them may end int8 / int4
+      if (is_integer(p.dtype)) gptq_total_ += weight_matrices(plan.layers.at(static_cast<size_t>(p.layer))).size();
+    }
     if (stage_) stage_("collecting the calibration moments");
     moments_ = collect_moments(plan, in, which);
   }
@@ -103,7 +106,13 @@ class Configurations {
     if (m == moments_.end() || t.shape.size() != 2) throw Error("internal: no calibration moments for '" + t.name + "'");
     std::vector<float> w(static_cast<size_t>(t.numel()));
     t.fill(w.data(), 0, w.size());
-    if (stage_) stage_("GPTQ " + t.name + " (" + precision_name(dtype) + ")");
+    // Counted against the matrices of the layers asked for; a fallback to
+    // another integer dtype adds to both.
+    gptq_total_ = std::max(gptq_total_, ++gptq_done_);
+    if (stage_) {
+      stage_("GPTQ " + std::to_string(gptq_done_) + "/" + std::to_string(gptq_total_) + " " + t.name + " (" +
+             precision_name(dtype) + ")");
+    }
     slot = std::make_shared<const RoundedMatrix>(round_gptq(t.name, w.data(), t.shape[0], t.shape[1], dtype,
                                                             m->second.matrix()));
     return slot;
@@ -113,6 +122,7 @@ class Configurations {
   const std::function<void(const std::string&)>& stage_;
   std::map<int, InputMoments> moments_;
   std::map<std::pair<int, DType>, std::shared_ptr<const RoundedMatrix>> cache_;
+  size_t gptq_done_ = 0, gptq_total_ = 0;
 };
 
 // Streams kDriftSteps steps of batch 1 through the fp32 model and each of
