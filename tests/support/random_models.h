@@ -61,6 +61,31 @@ inline uint32_t gates_of(conv::LayerOp op) {
   return op == conv::LayerOp::LSTM ? 4 : op == conv::LayerOp::GRU ? 3 : 1;
 }
 
+// The quantized-backend tests' first three models (each dtype's kernels on
+// an LSTM with projection, a GRU into `last` and softmax, a bias-free tanh
+// RNN whose K passes one int4 group); each suite adds its own after them.
+inline std::vector<ModelSpec> mixed_dtype_specs() {
+  using conv::LayerOp;
+  std::vector<ModelSpec> out;
+  ModelSpec a;  // LSTM with projection, 2 layers, then a Linear per step
+  a.input_size = 37;
+  a.layers = {{LayerOp::LSTM, 48, 2, false, 20}, {LayerOp::Linear, 7}};
+  a.seed = 11;
+  out.push_back(a);
+  ModelSpec b;  // GRU > last > Linear > softmax
+  b.input_size = 9;
+  b.batch_first = true;
+  b.layers = {{LayerOp::GRU, 70}, {LayerOp::Last}, {LayerOp::Linear, 5}, {LayerOp::Softmax}};
+  b.seed = 12;
+  out.push_back(b);
+  ModelSpec c;  // tanh RNN, K past one int4 group, no bias
+  c.input_size = 65;
+  c.layers = {{LayerOp::RNN_TANH, 33, 1, false, 0, false}, {LayerOp::Linear, 3}};
+  c.seed = 13;
+  out.push_back(c);
+  return out;
+}
+
 // The plan for `spec`: tensors in the order the converter emits them
 // (per cell: w_ih, w_hh, [w_hr], [bias, [b_hn]]; per Linear: weight, [bias]).
 inline conv::ModelPlan make_plan(const ModelSpec& spec) {

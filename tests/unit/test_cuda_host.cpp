@@ -1207,23 +1207,7 @@ double bound_vs_f32(Dt d) { return d == Dt::F16 ? 2e-3 : d == Dt::I8 ? 1e-2 : 0.
 // the persistent kernel equals the graph replay, bit for bit.
 TEST(CudaHost, EveryDtypeMatchesTheReferenceBackend) {
   using ferry::conv::LayerOp;
-  std::vector<ModelSpec> specs;
-  ModelSpec a;  // LSTM with projection, 2 layers, then a Linear per step
-  a.input_size = 37;
-  a.layers = {{LayerOp::LSTM, 48, 2, false, 20}, {LayerOp::Linear, 7}};
-  a.seed = 11;
-  specs.push_back(a);
-  ModelSpec b;  // GRU > last > Linear > softmax
-  b.input_size = 9;
-  b.batch_first = true;
-  b.layers = {{LayerOp::GRU, 70}, {LayerOp::Last}, {LayerOp::Linear, 5}, {LayerOp::Softmax}};
-  b.seed = 12;
-  specs.push_back(b);
-  ModelSpec c;  // tanh RNN, K past one int4 group, no bias
-  c.input_size = 65;
-  c.layers = {{LayerOp::RNN_TANH, 33, 1, false, 0, false}, {LayerOp::Linear, 3}};
-  c.seed = 13;
-  specs.push_back(c);
+  std::vector<ModelSpec> specs = ferry::test::mixed_dtype_specs();
   ModelSpec d;  // bidirectional LSTM, W_hh of 300 columns: two k splits
   d.input_size = 6;
   d.layers = {{LayerOp::LSTM, 300, 1, true}, {LayerOp::Linear, 4}};

@@ -57,23 +57,7 @@ ModelPlan quantized(ModelPlan plan, DType dtype) {
 
 std::vector<ModelSpec> specs() {
   using ferry::conv::LayerOp;
-  std::vector<ModelSpec> out;
-  ModelSpec a;  // LSTM with projection, 2 layers, then a Linear per step
-  a.input_size = 37;
-  a.layers = {{LayerOp::LSTM, 48, 2, false, 20}, {LayerOp::Linear, 7}};
-  a.seed = 11;
-  out.push_back(a);
-  ModelSpec b;  // GRU > last > Linear > softmax
-  b.input_size = 9;
-  b.batch_first = true;
-  b.layers = {{LayerOp::GRU, 70}, {LayerOp::Last}, {LayerOp::Linear, 5}, {LayerOp::Softmax}};
-  b.seed = 12;
-  out.push_back(b);
-  ModelSpec c;  // tanh RNN, K past one int4 group, no bias
-  c.input_size = 65;
-  c.layers = {{LayerOp::RNN_TANH, 33, 1, false, 0, false}, {LayerOp::Linear, 3}};
-  c.seed = 13;
-  out.push_back(c);
+  std::vector<ModelSpec> out = ferry::test::mixed_dtype_specs();
   ModelSpec d;  // bidirectional LSTM (runs, does not stream)
   d.input_size = 6;
   d.layers = {{LayerOp::LSTM, 16, 1, true}, {LayerOp::Linear, 4}};
