@@ -262,7 +262,7 @@ struct Reader<kWeightF32> {
   using Partial = float;
   using Chunk = float;
   static constexpr int kType = kWeightF32;
-  static constexpr bool kQuantized = false;  // reads quantized activation rows
+  static constexpr bool kQuantized = false;  // reads float activation rows
   FERRY_HD static Lane lane(const DeviceWeight& w, uint32_t q, uint32_t j) {
     const uint32_t G = static_cast<uint32_t>(w.gates), K = static_cast<uint32_t>(w.cols);
     return Lane{static_cast<const uint8_t*>(w.data) + (vector_offset(G, K, q) + j) * 4u, nullptr, G * 8u * 4u, 0u};
@@ -283,7 +283,7 @@ struct Reader<kWeightF16> {
   using Partial = float;
   using Chunk = float;
   static constexpr int kType = kWeightF16;
-  static constexpr bool kQuantized = false;  // reads quantized activation rows
+  static constexpr bool kQuantized = false;  // reads float activation rows
   FERRY_HD static Lane lane(const DeviceWeight& w, uint32_t q, uint32_t j) {
     const uint32_t G = static_cast<uint32_t>(w.gates), K = static_cast<uint32_t>(w.cols);
     return Lane{static_cast<const uint8_t*>(w.data) + (vector_offset(G, K, q) + j) * 2u, nullptr, G * 8u * 2u, 0u};
