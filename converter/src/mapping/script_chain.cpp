@@ -1005,7 +1005,7 @@ class Reader {
   Val final_state(const Val& y, const Module& m) {
     Val h = y;
     h.hidden = m.path;
-    h.state_of = m.path.empty() ? kRootModuleName : m.path;
+    h.state_of = shown(m.path);
     for (unsigned c = 0; c < kInputLayouts; ++c)
       if (!h.axes.under[c].empty()) h.axes.under[c] = "LBF";
     h.id = ++ids_;
@@ -1014,7 +1014,7 @@ class Reader {
 
   static Val cell_state(const Module& m) {
     Val c = Val::opaque("the final cell state c_n of '" + shown(m.path) + "'");
-    c.state_of = m.path.empty() ? kRootModuleName : m.path;
+    c.state_of = shown(m.path);
     return c;
   }
 
