@@ -10,14 +10,15 @@
 // backend of the CPU runs them.
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "convert.h"
 #include "ferry/ferry.h"
 #include "io/npy.h"
+#include "session.h"
 
 namespace {
 
@@ -29,7 +30,7 @@ constexpr float kSentinel = -12345.0f;
 struct Session {
   std::vector<uint8_t> bytes;
   ferry_model* model = nullptr;
-  void* arena = nullptr;
+  std::optional<ferry::test::ArenaSession> session;  // released before the model is freed
   ferry_session* s = nullptr;
   ferry_model_info info{};
   Session(const std::string& name, const std::string& graph, size_t B, size_t T, ferry_backend backend) {
@@ -46,14 +47,13 @@ struct Session {
     o.max_batch = B;
     o.max_seq = T;
     o.backend = backend;
-    size_t need = 0;
-    EXPECT_EQ(ferry_session_arena_size(model, &o, &need), FERRY_OK) << ferry_last_error();
-    arena = std::aligned_alloc(64, (need + 63) / 64 * 64);
-    EXPECT_EQ(ferry_session_init(model, &o, arena, need, &s), FERRY_OK) << ferry_last_error();
+    session.emplace(model, o);
+    EXPECT_EQ(session->status, FERRY_OK) << session->error;
+    s = session->s;
   }
   ~Session() {
+    session.reset();
     ferry_model_free(model);
-    std::free(arena);
   }
   // Runs from a reset state; the output and final state.
   void run(const float* x, size_t B, size_t T, float* y, size_t capacity, std::vector<float>* state) {
