@@ -42,13 +42,28 @@ constexpr IsaLevel kLevels[] = {
     {"avx512vnni", IsaFamily::kX86, 4}, {"neon", IsaFamily::kArm, 1},    {"neondot", IsaFamily::kArm, 2},
 };
 
+constexpr bool same_name(const char* a, const char* b) {
+  while (*a && *a == *b) {
+    ++a;
+    ++b;
+  }
+  return *a == *b;
+}
+
+// kLevels' entry for `name` (a name it lacks: a null name, which the
+// static_assert below refuses).
+constexpr IsaLevel isa_level(const char* name) {
+  for (const IsaLevel& l : kLevels)
+    if (same_name(l.name, name)) return l;
+  return {nullptr, IsaFamily::kX86, 0};
+}
+
 // The SIMD ISAs, slowest first; each with the CPU check, its sets per dtype
 // and its level.
 struct Isa {
   bool (*runs_here)();
   const KernelSet* (*set_for)(DType dtype);
-  IsaFamily family;
-  uint8_t level;
+  IsaLevel level;
 };
 
 bool avx2_runs_here() {
@@ -160,24 +175,31 @@ const KernelSet* neondot_set(DType dtype) {
 
 // Per dtype the order is slowest first: f32 avx2 < avx512; i8/i4 avx2 <
 // avxvnni < avx512vnni; neon < neondot.
-const Isa kIsas[] = {
-    {avx2_runs_here, avx2_set, IsaFamily::kX86, 1},
-    {avx2_f16c_runs_here, avx2_quant_set, IsaFamily::kX86, 1},
-    {avx512_runs_here, avx512_set, IsaFamily::kX86, 3},
-    {avxvnni_runs_here, avxvnni_set, IsaFamily::kX86, 2},
-    {avx512vnni_runs_here, avx512vnni_set, IsaFamily::kX86, 4},
-    {neon_runs_here, neon_set, IsaFamily::kArm, 1},
-    {neon_quant_runs_here, neon_quant_set, IsaFamily::kArm, 1},
-    {neondot_runs_here, neondot_set, IsaFamily::kArm, 2},
+constexpr Isa kIsas[] = {
+    {avx2_runs_here, avx2_set, isa_level("avx2")},
+    {avx2_f16c_runs_here, avx2_quant_set, isa_level("avx2")},
+    {avx512_runs_here, avx512_set, isa_level("avx512")},
+    {avxvnni_runs_here, avxvnni_set, isa_level("avxvnni")},
+    {avx512vnni_runs_here, avx512vnni_set, isa_level("avx512vnni")},
+    {neon_runs_here, neon_set, isa_level("neon")},
+    {neon_quant_runs_here, neon_quant_set, isa_level("neon")},
+    {neondot_runs_here, neondot_set, isa_level("neondot")},
 };
 
 constexpr size_t kIsaCount = sizeof(kIsas) / sizeof(kIsas[0]);
+
+constexpr bool every_isa_has_a_level() {
+  for (const Isa& isa : kIsas)
+    if (!isa.level.name) return false;
+  return true;
+}
+static_assert(every_isa_has_a_level(), "an ISA of kIsas names a level kLevels lacks");
 
 // Whether `isa` runs under `cap`.
 bool under_cap(const Isa& isa, const IsaCap& cap) {
   if (!cap.active) return true;
   if (cap.none) return false;
-  return isa.family != static_cast<IsaFamily>(cap.family) || isa.level <= cap.level;
+  return isa.level.family != static_cast<IsaFamily>(cap.family) || isa.level.level <= cap.level;
 }
 
 // FERRY_MAX_ISA, read once per process: the first call parses it and
