@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -177,6 +178,94 @@ TEST(Dcp, MetadataRefusals) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("the root: is a dict, not a Metadata"), std::string::npos) << e.what();
   }
+}
+
+// Non-tensor values beside the model and inside it (tests/fixtures/
+// dcp_values, make_dcp_fixtures.py, torch 2.15): each BytesStorageMetadata
+// entry (NEWOBJ with no BUILD) is read, its byte range recorded, and listed
+// as ignored; the model's tensors are read as from any DCP directory.
+const std::string kValues = std::string(FERRY_FIXTURES_DIR) + "/dcp_values/";
+
+TEST(Dcp, NonTensorEntriesAreReadAndIgnored) {
+  for (const std::string dir : {"one_rank", "two_ranks"}) {
+    const std::vector<uint8_t> b = file_bytes(kValues + dir + "/.metadata");
+    const DcpMetadata md = parse_dcp_metadata(b.data(), b.size(), dir);
+    size_t values = 0;
+    for (const DcpEntry& e : md.entries) {
+      if (e.is_tensor) continue;
+      ++values;
+      ASSERT_EQ(e.chunks.size(), 1u) << e.fqn;
+      EXPECT_TRUE(e.chunks[0].offsets.empty()) << e.fqn;
+      EXPECT_GT(e.chunks[0].length, 0u) << e.fqn;
+    }
+    EXPECT_EQ(values, 23u) << dir;
+    EXPECT_EQ(entry(md, "step").path, (std::vector<std::string>{"step"}));
+    EXPECT_EQ(entry(md, "config.schedule.warmup").path,
+              (std::vector<std::string>{"config", "schedule", "warmup"}));
+    EXPECT_EQ(entry(md, "history.1").path, (std::vector<std::string>{"history", "1"}));
+
+    std::vector<DcpFile> files;
+    const Checkpoint c = read_dcp_directory(kValues + dir, {}, &files);
+    EXPECT_EQ(c.form.find("training checkpoint (key 'model')") != std::string::npos, true) << c.form;
+    ASSERT_EQ(c.tensors.size(), 6u) << dir;
+    EXPECT_EQ(c.tensors[0].name, "lstm.weight_ih_l0");
+    auto reason = [&](const std::string& name) -> std::string {
+      for (const auto& [n, r] : c.ignored)
+        if (n == name) return r;
+      return "(not listed)";
+    };
+    EXPECT_EQ(reason("head._extra_state.calibrated"), kDcpNonTensorReason);
+    EXPECT_EQ(reason("step"), kDcpNonTensorReason);
+    EXPECT_EQ(reason("run_name"), kDcpNonTensorReason);
+    EXPECT_EQ(reason("best"), kDcpNonTensorReason);
+    EXPECT_EQ(reason("config.tags"), std::string(kDcpNonTensorReason) + " (under key 'config')");
+    EXPECT_EQ(reason("ema.decay"), std::string(kDcpNonTensorReason) + " (under key 'ema')");
+    EXPECT_EQ(reason("ema.shadow.head.bias"), "not selected (under key 'ema')");
+    EXPECT_EQ(reason("history.0"), "not selected (under key 'history')");
+    EXPECT_EQ(c.ignored.size(), 25u) << dir;
+    // The files holding the values are opened (their ranges checked).
+    EXPECT_EQ(files.size(), dir == "one_rank" ? 2u : 3u);
+  }
+}
+
+// A non-tensor entry is a field-less record: any state, or arguments, is
+// refused; so is one whose bytes lie nowhere.
+TEST(Dcp, NonTensorEntryRefusals) {
+  const std::vector<uint8_t> good = file_bytes(kValues + "one_rank/.metadata");
+  const std::string cls = "BytesStorageMetadata";
+  auto with = [&](const std::string& after_newobj) {
+    // The first BytesStorageMetadata's NEWOBJ (0x81) and its MEMOIZE (0x94).
+    std::vector<uint8_t> b = good;
+    auto at = std::search(b.begin(), b.end(), cls.begin(), cls.end());
+    EXPECT_NE(at, b.end());
+    const uint8_t newobj_memo[] = {0x29, 0x81, 0x94};
+    auto n = std::search(at, b.end(), std::begin(newobj_memo), std::end(newobj_memo));
+    EXPECT_NE(n, b.end());
+    b.insert(n + 3, after_newobj.begin(), after_newobj.end());
+    return b;
+  };
+  auto error_of = [](const std::vector<uint8_t>& b) -> std::string {
+    try {
+      parse_dcp_metadata(b.data(), b.size(), "x/.metadata");
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "(no error)";
+  };
+  // BUILD({}) is what an empty __dict__ would give: accepted.
+  EXPECT_EQ(error_of(with("}b")), "(no error)");
+  // BUILD({'size': 3}): state a field-less class cannot have.
+  std::string bytes = "}";
+  bytes += '\x8c';
+  bytes += '\x04';
+  bytes += "sizeK";
+  bytes += '\x03';
+  bytes += "sb";
+  const std::string msg = error_of(with(bytes));
+  EXPECT_NE(msg.find("x/.metadata: state_dict_metadata['model.head._extra_state.calibrated']: BytesStorageMetadata has "
+                     "state (a dict of 1 fields): the class has no fields"),
+            std::string::npos)
+      << msg;
 }
 
 }  // namespace

@@ -76,6 +76,22 @@ class MetadataParser {
     if (!v->state) fail(where, "has no state (no BUILD)");
     return v->state;
   }
+  // A dataclass with no fields: NEWOBJ(cls, ()) and no BUILD, as pickle
+  // writes an object whose __dict__ is empty (an empty BUILD dict is
+  // accepted too); any state is refused: the class has nothing to hold.
+  void field_less(const Value* v, std::string_view module, std::string_view name, const std::string& where) const {
+    if (v->kind != Kind::Object || !v->cls || v->cls->kind != Kind::Global || v->cls->module != module ||
+        v->cls->name != name)
+      fail(where, "is a " + describe_value(v) + ", not a " + std::string(name));
+    if (v->args && (v->args->kind != Kind::Tuple || !v->args->items.empty()))
+      fail(where, std::string(name) + " made with arguments (a " + kind_name(v->args->kind) + " of " +
+                      std::to_string(v->args->items.size()) + "): the class takes none");
+    const Value* s = v->state;
+    if (s && !(s->kind == Kind::Dict && s->entries.empty()) && s->kind != Kind::None)
+      fail(where, std::string(name) + " has state (a " + kind_name(s->kind) +
+                      (s->kind == Kind::Dict ? " of " + std::to_string(s->entries.size()) + " fields" : std::string()) +
+                      "): the class has no fields");
+  }
   const Value* dict(const Value* v, const std::string& where) const {
     if (v->kind != Kind::Dict) fail(where, std::string("is a ") + kind_name(v->kind) + ", not a dict");
     return v;
@@ -316,8 +332,17 @@ DcpMetadata MetadataParser::parse(const Value* root) {
     const std::string where = "state_dict_metadata[" + quoted(fqn) + "]";
     DcpEntry e;
     if (v->kind == Kind::Object && v->cls && v->cls->name == "BytesStorageMetadata") {
-      object(v, kMetadataModule, {"BytesStorageMetadata"}, where);
+      // A non-tensor value: its record has no fields, its bytes one range.
+      field_less(v, kMetadataModule, "BytesStorageMetadata", where);
       e.fqn = fqn;
+      auto it = storage.find({fqn, {}});
+      if (it == storage.end())
+        fail(where, "no storage_data entry for the value (a key without offsets): its bytes are not in the checkpoint");
+      DcpChunk c;
+      c.file = it->second.file;
+      c.offset = it->second.offset;
+      c.length = it->second.length;
+      e.chunks.push_back(std::move(c));
     } else {
       e = tensor_entry(fqn, object(v, kMetadataModule, {"TensorStorageMetadata"}, where), where);
       for (size_t i = 0; i < e.chunks.size(); ++i) {
@@ -409,8 +434,9 @@ Selection select_entries(const DcpMetadata& md, const std::string& label, const 
     std::string name = sel.key.empty() ? e.fqn : below(e, sel.key);
     if (name.empty()) {
       const std::string top = e.path.size() >= 2 ? e.path[0] : e.fqn;
-      sel.ignored.emplace_back(e.fqn, e.path.size() >= 2 ? reason_for_top_level(top, nullptr) + " (under key '" + top + "')"
-                                                         : reason_for_top_level(top, nullptr));
+      std::string reason = reason_for_top_level(top, nullptr);
+      if (!e.is_tensor && reason == "not selected") reason = kDcpNonTensorReason;
+      sel.ignored.emplace_back(e.fqn, e.path.size() >= 2 ? reason + " (under key '" + top + "')" : reason);
       continue;
     }
     sel.chosen.emplace_back(i, std::move(name));
@@ -426,6 +452,8 @@ class ChunkReader {
   ChunkReader(const std::string& dir, const std::string& metadata_label) : dir_(dir), metadata_label_(metadata_label) {}
 
   TensorRef read(const DcpEntry& e, const std::string& name, const DTypeInfo& dtype);
+  // A non-tensor value's byte range lies inside its data file (never read).
+  void check_value(const DcpEntry& e);
   // The data files read, by name.
   const std::map<std::string, std::shared_ptr<const MappedFile>>& files() const { return files_; }
 
@@ -449,6 +477,16 @@ std::shared_ptr<const MappedFile> ChunkReader::open(const std::string& file, con
   }
   files_.emplace(file, mapped);
   return mapped;
+}
+
+void ChunkReader::check_value(const DcpEntry& e) {
+  const DcpChunk& c = e.chunks.at(0);
+  const auto file = open(c.file, metadata_label_ + " names for the value " + quoted(e.fqn));
+  uint64_t end = 0;
+  if (__builtin_add_overflow(c.offset, c.length, &end) || end > file->size())
+    throw Error(metadata_label_ + ": storage_data[" + quoted(e.fqn) + "] (a non-tensor value): bytes [" +
+                std::to_string(c.offset) + ", +" + std::to_string(c.length) + ") reach past the end of " + c.file +
+                " (" + std::to_string(file->size()) + " bytes)");
 }
 
 // One chunk's range of its data file, read as the torch.save zip of one
@@ -647,7 +685,7 @@ Checkpoint read_dcp_directory(const std::string& dir_in, const LoadOptions& opti
   for (const auto& [index, name] : sel.chosen) {
     const DcpEntry& e = md.entries[index];
     if (!e.is_tensor) {
-      out.ignored.emplace_back(name, "not a tensor (a value DCP stores pickled as bytes)");
+      out.ignored.emplace_back(name, kDcpNonTensorReason);
       continue;
     }
     const DTypeInfo* info = dtype_object_info(e.dtype);
@@ -660,6 +698,8 @@ Checkpoint read_dcp_directory(const std::string& dir_in, const LoadOptions& opti
     out.tensors.push_back(reader.read(e, name, *info));
   }
   for (const auto& ig : sel.ignored) out.ignored.push_back(ig);
+  for (const DcpEntry& e : md.entries)
+    if (!e.is_tensor) reader.check_value(e);
 
   std::set<std::string> data_files;
   for (const auto& kv : reader.files()) data_files.insert(kv.first);

@@ -33,6 +33,11 @@
 //     into memory it owns: exactly its numel x element size bytes, allocated
 //     only once the chunks are known to tile it and to be backed by as many
 //     stored elements as they view, so it is bounded by the bytes on disk;
+//   - lists every non-tensor value (BytesStorageMetadata: a step counter,
+//     a learning rate, a string, a list, a config dict's leaves, a module's
+//     _extra_state, ...) as ignored, its metadata checked (a field-less
+//     record, a storage_data entry, a byte range inside its data file) and
+//     its bytes (a pickle of arbitrary Python objects) never unpickled;
 //   - names tensors from planner_data (the key path before DCP flattened the
 //     nested dicts: ("model", "lstm.weight_ih_l0")), and selects the model
 //     entry as a torch.save training checkpoint is (checkpoint.h): --key, a
@@ -67,7 +72,11 @@ struct DcpEntry {
   // planner_data's key path, elements as text: {"model", "lstm.weight_ih_l0"};
   // {fqn} where the file records none.
   std::vector<std::string> path;
-  bool is_tensor = false;          // false: BytesStorageMetadata (a pickled non-tensor value)
+  // false: BytesStorageMetadata, a non-tensor value (a step counter, a
+  // string, a list, None, ...: DCP stores each as a torch.save of the
+  // object). Its one chunk has no offsets or sizes: only its byte range,
+  // checked to lie inside its data file, never unpickled.
+  bool is_tensor = false;
   std::string dtype;               // torch's name, "float32"
   std::vector<int64_t> size;
   std::vector<DcpChunk> chunks;    // checked to tile `size` exactly
@@ -100,12 +109,16 @@ struct DcpFile {
 // Whether `path` is a directory (after following symlinks).
 bool is_directory(const std::string& path);
 
+// Why a non-tensor entry is not read (Checkpoint::ignored).
+constexpr const char* kDcpNonTensorReason = "a non-tensor value (BytesStorageMetadata): not a model tensor";
+
 // Reads the DCP directory `dir`: the metadata (.metadata, else the one
 // __<rank>.metadata a rank wrote without collectives), then the chunks of the
 // tensors selected (the model's; entries beside it are listed in `ignored`
-// by their flattened key, unread). `files_read`, when given, receives the
-// metadata file and every data file read, in name order (for provenance:
-// dcp_sha256). Throws Error.
+// by their flattened key, unread; non-tensor values are listed there too,
+// their byte ranges checked against their data files). `files_read`, when
+// given, receives the metadata file and every data file opened, in name
+// order (for provenance: dcp_sha256). Throws Error.
 Checkpoint read_dcp_directory(const std::string& dir, const LoadOptions& options,
                               std::vector<DcpFile>* files_read = nullptr);
 
