@@ -1,0 +1,23 @@
+// Text from a file, made safe to print on one line.
+//
+// Names a checkpoint holds (tensor keys, record names, class names, DCP
+// paths) can contain any byte: a NUL, a newline, an escape sequence, bytes
+// that are not UTF-8. Printed as they are, a NUL cuts an error line short
+// (what() is a C string), a newline splits it, and a terminal escape
+// rewrites what the user sees. escaped() spells every such byte out, so
+// each message stays whole and one line, and says what the file holds.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace ferry::conv {
+
+// `text` with each C0 control byte and DEL written as an escape (\0, \t, \n,
+// \r, else \xNN) and each byte that is not part of well-formed UTF-8 as \xNN;
+// everything else (printable ASCII, well-formed UTF-8, backslashes) kept.
+// Idempotent: escaped(escaped(s)) == escaped(s), so a message wrapped in
+// another message is escaped once.
+std::string escaped(std::string_view text);
+
+}  // namespace ferry::conv
