@@ -284,6 +284,9 @@ std::string format_graph(const std::vector<GraphElement>& chain) {
 }
 
 std::vector<GraphElement> infer_graph(const ModuleSet& set, const std::vector<GraphElement>& order) {
+  // Inferring, every module is a candidate: one that cannot be read as a
+  // layer is an error here, as with --graph naming it.
+  if (!set.unreadable.empty()) throw Error(set.unreadable.front().second);
   if (set.modules.empty()) {
     throw Error("the checkpoint holds no Linear, LSTM, GRU or RNN layer to convert");
   }

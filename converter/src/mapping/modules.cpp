@@ -261,6 +261,8 @@ const Module* ModuleSet::find(const std::string& path) const {
   const std::string wanted = path == kRootModuleName ? "" : path;
   for (const Module& m : modules)
     if (m.path == wanted) return &m;
+  for (const auto& [p, why] : unreadable)
+    if (p == wanted) throw Error(why);
   return nullptr;
 }
 
@@ -299,28 +301,38 @@ ModuleSet group_modules(const Checkpoint& checkpoint) {
     if (cls != checkpoint.attributes.end()) m.class_name = cls->second;
     // torch.nn.utils.parametrize renames a module's class Parametrized<Class>.
     if (m.class_name.rfind("Parametrized", 0) == 0) m.class_name = m.class_name.substr(12);
-    const TensorRef* w = m.param("weight");
-    if (m.params.count("weight_ih_l0") || m.params.count("weight_ih")) {
-      classify_recurrent(m);
-    } else if (looks_linear(m)) {
-      classify_linear(m);
-    } else if (w && w->shape.size() == 3) {
-      classify_conv(m);
-    } else if (m.params.count("running_mean") && m.params.count("running_var")) {
-      classify_batchnorm(m);
-    } else if (has_only_1d(m)) {
-      // weight + bias: LayerNorm; a weight alone: PReLU (a LayerNorm(bias=False)
-      // is told apart only by its recorded class).
-      const bool prelu = m.class_name.empty() ? !m.params.count("bias") : m.class_name == "PReLU";
-      classify_per_feature(m, prelu ? ModuleType::PReLU : ModuleType::LayerNorm);
-    } else {
-      // Not a layer ferry runs (e.g. BatchNorm running stats, an embedding
-      // table without a weight name we know): listed, never silently dropped.
+    const auto ignore_all = [&](const std::string& why) {
       for (const auto& [name, t] : m.params) {
-        const std::string why = "module '" + m.path + "' is not a Linear or recurrent layer";
         if (t->sources.empty()) set.ignored.emplace_back(t->name, why);
         for (const std::string& source : t->sources) set.ignored.emplace_back(source, why);
       }
+    };
+    const TensorRef* w = m.param("weight");
+    try {
+      if (m.params.count("weight_ih_l0") || m.params.count("weight_ih")) {
+        classify_recurrent(m);
+      } else if (looks_linear(m)) {
+        classify_linear(m);
+      } else if (w && w->shape.size() == 3) {
+        classify_conv(m);
+      } else if (m.params.count("running_mean") && m.params.count("running_var")) {
+        classify_batchnorm(m);
+      } else if (has_only_1d(m)) {
+        // weight + bias: LayerNorm; a weight alone: PReLU (a LayerNorm(bias=False)
+        // is told apart only by its recorded class).
+        const bool prelu = m.class_name.empty() ? !m.params.count("bias") : m.class_name == "PReLU";
+        classify_per_feature(m, prelu ? ModuleType::PReLU : ModuleType::LayerNorm);
+      } else {
+        // Not a layer ferry runs (e.g. BatchNorm running stats, an embedding
+        // table without a weight name we know): listed, never silently dropped.
+        ignore_all("module '" + m.path + "' is not a Linear or recurrent layer");
+        continue;
+      }
+    } catch (const Error& e) {
+      // Decided by the chain: an error if it uses the module (find()), else
+      // a module it leaves out, listed with why it could not be read.
+      set.unreadable.emplace_back(m.path, e.what());
+      ignore_all("module '" + m.path + "' is not read as a layer (" + e.what() + ")");
       continue;
     }
     kept.push_back(std::move(m));

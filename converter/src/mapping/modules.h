@@ -63,10 +63,18 @@ struct Module {
 struct ModuleSet {
   std::vector<Module> modules;  // first-appearance order in the state dict
   std::vector<std::pair<std::string, std::string>> ignored;  // key, reason
+  // Modules whose tensors do not make a layer ferry reads (a LayerNorm over
+  // two dimensions looks like a Linear whose bias has the wrong shape): the
+  // path and the error that classifying it raised. Such a module stops the
+  // conversion only if the chain uses it (find() raises its error); else
+  // its tensors are in `ignored`, with that error as the reason.
+  std::vector<std::pair<std::string, std::string>> unreadable;
   // Weights folded from weight norm / spectral norm parts
   // (mapping/reparametrize.h): modules' params point into them.
   std::vector<std::shared_ptr<const TensorRef>> folded;
 
+  // The module at `path` (`root` names the root), or null. A path of
+  // `unreadable` throws its error: whoever asks for a module uses it.
   const Module* find(const std::string& path) const;
 };
 
