@@ -11,7 +11,13 @@
 //    stream also bit for bit with the whole run; a model that cannot stream
 //    (bidirectional, a conv that looks ahead) must say so;
 //  - `expect_refusal` cases must be refused: `ferry: error:` on one line,
-//    naming the file and what is wrong, nothing written.
+//    naming the file and what is wrong (`refusal_says`, where given),
+//    nothing written.
+// The same test runs over tests/fixtures/script_branches (made by
+// make_script_branch_fixtures.py, torch 1.13): scripted forwards that branch
+// on what the file fixes (ranks, sizes, attributes, self.training, None
+// defaults), branches the data decides (refused), and classes with
+// __getstate__/__setstate__.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -36,22 +42,25 @@ using ferry::test::shell_quote;
 using ferry::test::TempDir;
 
 const std::string kForms = std::string(FERRY_FIXTURES_DIR) + "/torch2_forms/";
+const std::string kBranches = std::string(FERRY_FIXTURES_DIR) + "/script_branches/";
 
 struct Form {
-  std::string name, file, graph, layout, key, expect_refusal, notes;
+  std::string dir;  // the manifest's folder
+  std::string name, file, graph, layout, key, expect_refusal, refusal_says, notes;
   bool records_chain = false;
   double tol = 1e-5;
 };
 
 void PrintTo(const Form& f, std::ostream* os) { *os << f.name; }
 
-std::vector<Form> load_manifest() {
-  std::ifstream in(kForms + "manifest.json");
+std::vector<Form> load_manifest(const std::string& dir = kForms) {
+  std::ifstream in(dir + "manifest.json");
   if (!in) return {};
   const nlohmann::json j = nlohmann::json::parse(in);
   std::vector<Form> out;
   for (const auto& e : j.at("cases")) {
     Form f;
+    f.dir = dir;
     f.name = e.at("name");
     f.file = e.at("file");
     f.graph = e.at("graph");
@@ -60,6 +69,7 @@ std::vector<Form> load_manifest() {
     f.tol = e.at("tol");
     f.key = e.value("key", "");
     f.expect_refusal = e.value("expect_refusal", "");
+    f.refusal_says = e.value("refusal_says", "");
     f.notes = e.value("notes", "");
     out.push_back(f);
   }
@@ -68,7 +78,7 @@ std::vector<Form> load_manifest() {
 
 // The user's command: no flags where the file records the chain.
 std::string convert_command(const Form& f, const std::string& fb) {
-  std::string c = "convert " + shell_quote(kForms + f.file) + " " + shell_quote(fb);
+  std::string c = "convert " + shell_quote(f.dir + f.file) + " " + shell_quote(fb);
   if (f.records_chain) return c;
   c += " --graph " + shell_quote(f.graph);
   if (f.layout == "btf" || f.layout == "tbf" || f.layout == "bft") c += " --layout " + f.layout;
@@ -100,9 +110,14 @@ TEST_P(Torch2FormTest, ConvertsAndMatchesPyTorch) {
     std::string e = c.err;
     for (size_t at = e.find(f.file); at != std::string::npos; at = e.find(f.file)) e.erase(at, f.file.size());
     e = lower(e);
-    EXPECT_TRUE(e.find("core-aten") != std::string::npos || e.find("unrolled") != std::string::npos ||
-                e.find("decomposed") != std::string::npos)
-        << "the refusal does not say what is wrong (" << f.expect_refusal << "): " << c.err;
+    if (!f.refusal_says.empty()) {
+      EXPECT_NE(e.find(lower(f.refusal_says)), std::string::npos)
+          << "the refusal does not say what is wrong (" << f.expect_refusal << "): " << c.err;
+    } else {
+      EXPECT_TRUE(e.find("core-aten") != std::string::npos || e.find("unrolled") != std::string::npos ||
+                  e.find("decomposed") != std::string::npos)
+          << "the refusal does not say what is wrong (" << f.expect_refusal << "): " << c.err;
+    }
     EXPECT_FALSE(std::ifstream(fb).good()) << "a refused conversion left an output file";
     return;
   }
@@ -112,8 +127,8 @@ TEST_P(Torch2FormTest, ConvertsAndMatchesPyTorch) {
     // The chain ferry read from the file, printed as inferred.
     EXPECT_NE(c.out.find("  (inferred)"), std::string::npos) << c.out;
   }
-  const std::string x = kForms + f.name + ".x.npy";
-  const NpyArray want = read_npy(kForms + f.name + ".y.npy");
+  const std::string x = f.dir + f.name + ".x.npy";
+  const NpyArray want = read_npy(f.dir + f.name + ".y.npy");
   const std::string io = " --input " + shell_quote(x) + " --quiet --output ";
 
   const auto r = run_ferry("run " + shell_quote(fb) + io + shell_quote(dir / "whole.npy"), dir);
@@ -142,9 +157,13 @@ TEST_P(Torch2FormTest, ConvertsAndMatchesPyTorch) {
 INSTANTIATE_TEST_SUITE_P(Torch211, Torch2FormTest, ::testing::ValuesIn(load_manifest()),
                          [](const ::testing::TestParamInfo<Form>& info) { return info.param.name; });
 
+INSTANTIATE_TEST_SUITE_P(ScriptBranches, Torch2FormTest, ::testing::ValuesIn(load_manifest(kBranches)),
+                         [](const ::testing::TestParamInfo<Form>& info) { return info.param.name; });
+
 TEST(Torch2Forms, ManifestIsPresent) {
   // Guards against a suite that silently runs nothing: the 13 files of the set.
   EXPECT_GE(load_manifest().size(), 13u);
+  EXPECT_GE(load_manifest(kBranches).size(), 12u);
 }
 
 }  // namespace

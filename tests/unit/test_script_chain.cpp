@@ -67,7 +67,10 @@ TEST(ScriptSyntax, StatementsAsTheJitPrintsThem) {
 
 TEST(ScriptSyntax, WhatIsNotStraightLineIsNamed) {
   const std::string tail = ": the forward is not straight-line code";
-  EXPECT_EQ(script::parse_statement("if _5:").why, "a branch (if)" + tail);
+  EXPECT_EQ(script::parse_statement("if _5:").kind, Statement::kIf);
+  EXPECT_EQ(script::parse_statement("else:").kind, Statement::kElse);
+  EXPECT_EQ(script::parse_statement("pass").kind, Statement::kPass);
+  EXPECT_EQ(script::parse_statement("if _5").kind, Statement::kOther);  // no ':'
   EXPECT_EQ(script::parse_statement("for t in range(torch.size(x, 1)):").why, "a loop (for)" + tail);
   EXPECT_EQ(script::parse_statement("while True:").why, "a loop (while)" + tail);
   for (const char* bad : {"y = x + 1", "y = (x", "y = f(x))", "y = 'open", "= x", "y = 1x", "x[0] = y"}) {
@@ -109,6 +112,53 @@ TEST(ScriptSyntax, SignatureOverLines) {
   ASSERT_EQ(f.body.size(), 2u);
   EXPECT_EQ(f.body[0], "_0 = torch.relu( input)");
   EXPECT_THROW(script::parse_function({"  def forward(self, x"}), Error);
+}
+
+// `if c: ... else: ...` blocks as torch.jit.script prints a Python if, and an
+// elif as an if inside the else.
+TEST(ScriptSyntax, BranchesAreBlocksByIndentation) {
+  const script::Function f = script::parse_function(
+      {"  def forward(self: T,", "    x: Tensor) -> Tensor:", "    if torch.eq(torch.dim(x), 3):",
+       "      _0 = torch.relu(", "          x)", "    elif _1:", "      _0 = x", "    else:", "      if _2:",
+       "        pass", "      else:", "        _0 = x", "    return _0"});
+  ASSERT_EQ(f.indents.size(), f.body.size());
+  const std::vector<script::Line> body = script::parse_body(f);
+  ASSERT_EQ(body.size(), 2u);
+  EXPECT_EQ(body[0].statement.kind, Statement::kIf);
+  ASSERT_EQ(body[0].then.size(), 1u);
+  EXPECT_EQ(body[0].then[0].text, "_0 = torch.relu( x)");
+  ASSERT_EQ(body[0].orelse.size(), 1u);
+  const script::Line& elif = body[0].orelse[0];
+  EXPECT_EQ(elif.statement.kind, Statement::kIf);
+  EXPECT_TRUE(elif.statement.value.is_name("_1"));
+  ASSERT_EQ(elif.orelse.size(), 1u);
+  ASSERT_EQ(elif.orelse[0].then.size(), 1u);
+  EXPECT_EQ(elif.orelse[0].then[0].statement.kind, Statement::kPass);
+  EXPECT_EQ(body[1].statement.kind, Statement::kReturn);
+
+  // A broken structure is one kOther line that says what is wrong.
+  const std::vector<std::pair<std::vector<std::string>, std::string>> broken = {
+      {{"else:", "  pass", "return x"}, "an else without its if"},
+      {{"y = x", "  z = y", "return z"}, "an indented line outside a block"},
+      {{"if c:", "return x"}, "a branch without its block"},
+      {{"if c:", "    y = x", "  z = x", "return y"}, "an indentation that matches no block"},
+      {{"for i in range(3):", "  x = torch.relu(x)", "return x"}, "a loop (for)"},
+  };
+  for (const auto& [lines, why] : broken) {
+    std::vector<std::string> code = {"  def forward(self, x):"};
+    for (const std::string& l : lines) code.push_back("    " + l);
+    const std::vector<script::Line> b = script::parse_body(script::parse_function(code));
+    ASSERT_EQ(b.size(), 1u) << why;
+    EXPECT_EQ(b[0].statement.kind, Statement::kOther) << why;
+    EXPECT_NE(b[0].statement.why.find(why), std::string::npos) << b[0].statement.why;
+  }
+  // Nesting is bounded: no recursion past kMaxNesting.
+  std::vector<std::string> deep = {"  def forward(self, x):"};
+  for (size_t i = 0; i < 200; ++i) deep.push_back(std::string(4 + 2 * i, ' ') + "if c:");
+  deep.push_back(std::string(4 + 400, ' ') + "pass");
+  const std::vector<script::Line> b = script::parse_body(script::parse_function(deep));
+  ASSERT_EQ(b.size(), 1u);
+  EXPECT_NE(b[0].statement.why.find("nested deeper than"), std::string::npos) << b[0].statement.why;
 }
 
 // ------------------------------------------------- checkpoints by description --
@@ -399,7 +449,8 @@ TEST(ScriptChain, RefusalsNameTheLineAndWhy) {
       {{"_0 = (self.lstm).forward(x, )", "for i in range(3):", "  _0 = torch.relu(_0)", "return _0"},
        "line 'for i in range(3):': a loop (for): the forward is not straight-line code"},
       {{"_0 = (self.lstm).forward(x, )", "if bool(torch.gt(torch.mean(_0), 0)):", "  pass", "return _0"},
-       "a branch (if)"},
+       "line 'if bool(torch.gt(torch.mean(_0), 0)):': a branch on the values of a tensor (torch.mean), which "
+       "depends on the data"},
       {{"_0 = torch.cumsum((self.lstm).forward(x, ), 1)", "return _0"},
        "a call to 'torch.cumsum', which ferry does not read as a chain element"},
       {{"_0 = (self.fc).forward(torch.select((self.lstm).forward(x, ), 1, -2), )", "return _0"},
@@ -491,6 +542,124 @@ TEST(ScriptChain, HostileModuleGraphsAreBounded) {
   body.push_back("return x");
   const std::string doubled = refusal(describe({}, {{"", "__torch__.Net", forward(body), false, {}}}));
   EXPECT_NE(doubled.find("a tuple or list of more than 256 parts"), std::string::npos) << doubled;
+}
+
+// torch.jit.script keeps a Python `if` as an `if ... else` block; where the
+// condition is fixed by the file (ranks along the chain, feature sizes, the
+// module's attributes, self.training, an argument left at None) the branch
+// is folded; where the data decides, it is refused naming the condition.
+TEST(ScriptChain, BranchesOnWhatTheFileFixesAreFolded) {
+  const auto tensors = lstm_tensors("lstm", 5, 8) + linear_tensors("fc", 8, 3);
+  auto net = [&](std::vector<std::string> body, const std::string& input = "x: Tensor") {
+    Described d = describe(tensors, {{"", "__torch__.Net", forward(std::move(body), "self", input), false, {}},
+                                     scripted("lstm", "rnn.LSTM", {{"batch_first", "true"}}),
+                                     scripted("fc", "linear.Linear")});
+    d.ck.module_objects[0].scalars = {{"squash", "False"}, {"mode", "2"}, {"pool", "'last'"}, {"scale", "0.5"}};
+    return d;
+  };
+  const std::vector<std::vector<std::string>> folded = {
+      // RankLstm (make_script_branch_fixtures.py), as torch 1.13 and 2.x print it.
+      {"lstm = self.lstm", "lstm_out, _0, = (lstm).forward__0(x, None, )", "if torch.eq(torch.dim(lstm_out), 3):",
+       "  lstm_out1 = torch.select(torch.slice(lstm_out), 1, -1)", "  lstm_out0 = lstm_out1", "else:",
+       "  lstm_out0 = lstm_out", "fc = self.fc", "return (fc).forward(lstm_out0, )"},
+      // self.training is False; a plain attribute; `not` and `and` as the compiler writes them.
+      {"y, _0, = (self.lstm).forward__0(x, None, )", "training = self.training", "if torch.__not__(training):",
+       "  _1 = torch.eq(self.mode, 2)", "else:", "  _1 = False", "if _1:", "  y0 = torch.select(y, 1, -1)", "else:",
+       "  y0 = torch.dropout(y, 0.5, True)", "squash = self.squash", "if squash:", "  y1 = torch.tanh(y0)",
+       "else:", "  y1 = y0", "return (self.fc).forward(y1, )"},
+      // Strings, floats, sizes on the chain (x.shape[-1] and x.size(-1)), a return inside a branch.
+      {"y, _0, = (self.lstm).forward__0(x, None, )", "if torch.eq(self.pool, \"last\"):", "  y0 = torch.select(y, 1, -1)",
+       "else:", "  y0 = torch.mean(y, [1])", "if torch.ne((torch.size(y0))[-1], 8):",
+       "  ops.prim.RaiseException(\"bad\", \"builtins.ValueError\")", "else:", "  pass",
+       "if torch.gt(self.scale, 0.25):", "  return (self.fc).forward(y0, )", "return y0"},
+      // An Optional argument left at its default; the rank of the input once the LSTM fixed the layout.
+      {"if torch.__is__(h, None):", "  y0, _0, = (self.lstm).forward__0(x, None, )", "  y = y0", "else:",
+       "  h0 = unchecked_cast(Tensor, h)", "  y1, _1, = (self.lstm).forward__0(x, h0, )", "  y = y1",
+       "if torch.eq(torch.dim(x), 2):", "  y2 = torch.unsqueeze(y, 0)", "else:", "  y2 = y",
+       "return (self.fc).forward(torch.select(torch.slice(y2), 1, -1), )"},
+  };
+  for (size_t i = 0; i < folded.size(); ++i) {
+    Described d = net(folded[i]);
+    if (i == 3) {
+      d.ck.module_objects[0].forward = {"  def forward(self: __torch__.Net,", "    x: Tensor,",
+                                        "    h: Optional[Tensor]=None) -> Tensor:"};
+      for (const std::string& b : folded[i]) d.ck.module_objects[0].forward.push_back("    " + b);
+    }
+    const std::string err = refusal(d);
+    EXPECT_EQ(err, "no refusal: lstm > last > fc") << i;
+  }
+  // The feature count of the input, before any layer read it: taken as given,
+  // with a note; the layer that reads it then confirms it, or this way is
+  // given up and the other one read.
+  {
+    const RecordedChain r = chain_of(net({"if torch.eq(torch.size(x, -1), 5):", "  y, _0, = (self.lstm).forward__0(x, None, )",
+                                          "else:", "  y = x", "return (self.fc).forward(torch.select(y, 1, -1), )"}));
+    EXPECT_EQ(r.graph, "lstm > last > fc");
+    ASSERT_EQ(r.notes.size(), 1u);
+    EXPECT_NE(r.notes[0].find("read for an input of 5 features"), std::string::npos) << r.notes[0];
+    const RecordedChain other = chain_of(net({"if torch.eq(torch.size(x, -1), 64):", "  y = torch.relu(x)", "else:",
+                                              "  y0, _0, = (self.lstm).forward__0(x, None, )", "  y = y0",
+                                              "return (self.fc).forward(torch.select(y, 1, -1), )"}));
+    EXPECT_EQ(other.graph, "lstm > last > fc");
+    EXPECT_TRUE(other.notes.empty());
+  }
+  // The rank of the input differs between the input layouts still possible:
+  // the layouts with a time axis are read first, then [B, F].
+  {
+    const RecordedChain r = chain_of(net({"if torch.eq(torch.dim(x), 3):", "  _0 = torch.cumsum(x, 1)", "else:",
+                                          "  _0 = x", "return (self.fc).forward(_0, )"}));
+    EXPECT_EQ(r.graph, "fc");
+  }
+}
+
+TEST(ScriptChain, BranchesTheDataDecidesAreRefused) {
+  const auto tensors = lstm_tensors("lstm", 5, 8) + linear_tensors("fc", 8, 3);
+  auto net = [&](std::vector<std::string> body, const std::string& input = "x: Tensor") {
+    return describe(tensors, {{"", "__torch__.Net", forward(std::move(body), "self", input), false, {}},
+                              scripted("lstm", "rnn.LSTM", {{"batch_first", "true"}}), scripted("fc", "linear.Linear")});
+  };
+  const std::string head = "y, _0, = (self.lstm).forward__0(x, None, )";
+  const std::string tail = "return (self.fc).forward(torch.select(y, 1, -1), )";
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{head, "if bool(torch.gt(torch.sum(y), 0)):", "  y = torch.relu(y)", "else:", "  pass", tail},
+       "line 'if bool(torch.gt(torch.sum(y), 0)):': a branch on the values of a tensor (torch.sum), which depends on "
+       "the data, not known when the file is read"},
+      {{head, "if torch.gt(torch.size(x, 0), 1):", "  y = torch.relu(y)", "else:", "  pass", tail},
+       "line 'if torch.gt(torch.size(x, 0), 1):': a branch on the batch size, not known when the file is read"},
+      {{head, "_1 = torch.eq(torch.size(y, 1), 10)", "if _1:", "  y = torch.relu(y)", "else:", "  pass", tail},
+       "line 'if _1:': a branch on the time length"},
+      {{head, "if torch.__is__(self.missing, None):", "  pass", "else:", "  pass", tail},
+       "a branch on whether 'root.missing' is None"},
+      {{head, "if torch.eq(torch.size(y, -1), 8):", "  ops.prim.RaiseException(\"wrong width\")", "else:", "  pass", tail},
+       "line 'ops.prim.RaiseException(\"wrong width\")': the forward raises an exception here ('wrong width')"},
+  };
+  for (const auto& [body, expect] : cases) {
+    const std::string err = refusal(net(body));
+    EXPECT_NE(err.find(expect), std::string::npos) << err;
+    EXPECT_EQ(err.find('\n'), std::string::npos) << err;
+  }
+  // A second input with no default: ferry gives the forward one input.
+  const std::string err = refusal(net({"if torch.__is__(h, None):", "  pass", "else:", "  pass", head, tail},
+                                      "x: Tensor, h: Optional[Tensor]"));
+  EXPECT_NE(err.find("a branch on whether forward's second input 'h' is None"), std::string::npos) << err;
+}
+
+TEST(ScriptChain, BranchesThatGoEitherWayAreReadABoundedNumberOfTimes) {
+  // 40 branches on the input's rank, then a line that cannot be read: at
+  // most 16 readings, each bounded, and the first reading's error.
+  const auto tensors = linear_tensors("fc", 8, 3);
+  std::vector<std::string> body;
+  for (int i = 0; i < 40; ++i) {
+    body.push_back("if torch.eq(torch.dim(x), 2):");
+    body.push_back("  x = torch.relu(x)");
+    body.push_back("else:");
+    body.push_back("  x = torch.tanh(x)");
+  }
+  body.push_back("_0 = torch.cumsum(x, 1)");
+  body.push_back("return _0");
+  const Described d = describe(tensors, {{"", "__torch__.Net", forward(body), false, {}}, scripted("fc", "linear.Linear")});
+  const std::string err = refusal(d);
+  EXPECT_NE(err.find("a call to 'torch.cumsum'"), std::string::npos) << err;
 }
 
 TEST(ScriptChain, BidirectionalFinalStateAndLinearOverTime) {

@@ -41,6 +41,10 @@ struct ModuleObject {
   std::vector<std::string> forward;
   std::string code_record;  // the code/ record holding it ("archive/code/__torch__.py"), for messages
   bool final_constants = false;
+  // TorchScript only: the object's plain attributes that are scalars, which
+  // a forward may branch on, as Python literals ("True", "3", "0.5", "None",
+  // a string as "'last'": quoted, not escaped).
+  std::map<std::string, std::string> scalars;
 };
 
 struct Checkpoint {

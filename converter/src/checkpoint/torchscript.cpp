@@ -23,6 +23,9 @@
 #include "checkpoint/torchscript.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <deque>
+#include <optional>
 #include <string_view>
 #include <unordered_map>
 #include <unordered_set>
@@ -39,6 +42,7 @@ constexpr size_t kMaxClasses = size_t{1} << 16;
 constexpr size_t kMaxObjectVisits = size_t{1} << 16;
 constexpr size_t kMaxScanned = size_t{1} << 22;      // container values scanned for tensors
 constexpr size_t kMaxForwardLines = 4096;           // lines of one class's forward kept (more: cut, so no return)
+constexpr size_t kMaxScalarText = 256;              // a string attribute kept for branches
 
 // What code/ says about one class.
 struct ClassInfo {
@@ -49,6 +53,10 @@ struct ClassInfo {
   std::vector<std::string> parameters, buffers;
   std::vector<std::string> forward;  // the lines of `def forward(...)`, as text
   std::string record;                // the code/ record that defines the class
+  // torch.jit.load passes the pickled state to __setstate__ when the class
+  // defines both it and __getstate__ (else it sets the attributes itself).
+  bool has_getstate = false;
+  std::vector<std::string> setstate;  // the lines of `def __setstate__(...)`
 };
 using ClassTable = std::unordered_map<std::string, ClassInfo>;
 
@@ -142,7 +150,7 @@ bool parse_name_list(std::string_view v, std::vector<std::string>* out) {
 void parse_code(const std::string& qualifier, std::string_view text, const std::string& where,
                 const std::string& record, ClassTable& classes) {
   ClassInfo* current = nullptr;
-  bool in_forward = false;
+  std::vector<std::string>* in_method = nullptr;  // the lines of the method being read, if kept
   size_t start = 0;
   while (start < text.size()) {
     size_t end = text.find('\n', start);
@@ -151,14 +159,18 @@ void parse_code(const std::string& qualifier, std::string_view text, const std::
     start = end + 1;
     if (line.empty()) continue;
     if (current && line.size() > 2 && line[0] == ' ' && line[1] == ' ' && line[2] != ' ') {
-      in_forward = starts_with(line.substr(2), "def forward(");
+      const std::string_view stmt = line.substr(2);
+      in_method = starts_with(stmt, "def forward(")        ? &current->forward
+                  : starts_with(stmt, "def __setstate__(") ? &current->setstate
+                                                           : nullptr;
+      if (starts_with(stmt, "def __getstate__(")) current->has_getstate = true;
     }
-    if (current && in_forward && line[0] == ' ' && current->forward.size() < kMaxForwardLines) {
-      current->forward.emplace_back(line.substr(0, kMaxScriptLine + 1));
+    if (current && in_method && line[0] == ' ' && in_method->size() < kMaxForwardLines) {
+      in_method->emplace_back(line.substr(0, kMaxScriptLine + 1));
     }
     if (line[0] != ' ') {
       current = nullptr;
-      in_forward = false;
+      in_method = nullptr;
       if (!starts_with(line, "class ")) continue;
       const std::string_view rest = line.substr(6);
       const size_t stop = rest.find_first_of("(:");
@@ -284,6 +296,10 @@ class Walker {
     if (info)
       for (const auto& [name, value] : info->finals) record_hyperparameter(path, name, value, out_);
     const Value* state = object_state(object);
+    if (info && info->has_getstate && !info->setstate.empty()) {
+      state = restored_state(object, *info, path);
+      if (object->state) leftovers_.emplace_back(prefix + "<state>", object->state);  // parts it does not restore
+    }
     if (!state) {
       // No attributes, or a custom __getstate__ value: not a state_dict
       // source, but its tensors are still accounted for.
@@ -297,6 +313,10 @@ class Walker {
       recorded.code_record = info->record;
       recorded.final_constants = info->any_final;
     }
+    for (const auto& [k, v] : state->entries)
+      if (k->kind == Kind::String) {
+        if (const auto text = scalar_text(v)) recorded.scalars[k->bytes] = *text;
+      }
 
     // Own parameters and buffers first, as state_dict() orders them.
     std::unordered_set<std::string> own;
@@ -321,6 +341,121 @@ class Walker {
     }
     on_stack_.insert(object);
     stack_.push_back(std::move(frame));
+  }
+
+  // A scalar attribute as a Python literal (ModuleObject::scalars), or nothing.
+  static std::optional<std::string> scalar_text(const Value* v) {
+    switch (v->kind) {
+      case Kind::Bool: return std::string(v->boolean ? "True" : "False");
+      case Kind::Int: return std::to_string(v->integer);
+      case Kind::None: return std::string("None");
+      case Kind::Float: {
+        char buf[40];
+        std::snprintf(buf, sizeof buf, "%.17g", v->real);
+        return std::string(buf);
+      }
+      case Kind::String:
+        if (v->bytes.size() <= kMaxScalarText) return "'" + v->bytes + "'";
+        return std::nullopt;
+      default: return std::nullopt;
+    }
+  }
+
+  // The attributes torch.jit.load gives an object whose class defines
+  // __getstate__ and __setstate__: it calls __setstate__ with the pickled
+  // state (whatever __getstate__ returned). Followed only where every line
+  // assigns a part of that state, unchanged, to an attribute
+  // (`self.weight = (state)[0]`, `self.w = state["w"]`, `return None`): then
+  // the attributes are exactly those parts. Anything else computes what
+  // torch loads, which ferry does not run: refused, naming the module and
+  // its class.
+  const Value* restored_state(const Value* object, const ClassInfo& info, const std::string& path) {
+    const std::string who = path_ + ": module '" + (path.empty() ? std::string("root") : path) + "' (class " +
+                            object->qualified_name() + ")";
+    auto refuse = [&](const std::string& line, const std::string& why) -> const Value* {
+      throw Error(who + ": its __setstate__ (record '" + info.record + "', line '" + line.substr(0, 120) + "') " + why +
+                  ": torch.jit.load runs it on the stored state, and ferry runs no code from a file");
+    };
+    // The signature, over lines until its closing ':': `def __setstate__(self: T,\n    state: Tuple[...]) -> NoneType:`.
+    std::string signature;
+    size_t i = 0;
+    int depth = 0;
+    for (; i < info.setstate.size(); ++i) {
+      const std::string_view l = trim(info.setstate[i]);
+      for (char c : l) depth += c == '(' || c == '[' ? 1 : c == ')' || c == ']' ? -1 : 0;
+      signature += std::string(l) + " ";
+      if (depth <= 0) break;
+      if (signature.size() > kMaxScriptLine) break;
+    }
+    std::vector<std::string> params;
+    {
+      const size_t open = signature.find('(');
+      size_t start = open == std::string::npos ? signature.size() : open + 1;
+      int d = 0;
+      for (size_t k = start; k < signature.size() && params.size() < 3; ++k) {
+        const char c = signature[k];
+        if (c == '[' || c == '(') ++d;
+        if ((c == ']' || c == ')') && d-- == 0) {
+          params.emplace_back(trim(std::string_view(signature).substr(start, k - start)));
+          break;
+        }
+        if (c == ',' && d == 0) {
+          params.emplace_back(trim(std::string_view(signature).substr(start, k - start)));
+          start = k + 1;
+        }
+      }
+      for (std::string& p : params) p = std::string(trim(std::string_view(p).substr(0, p.find(':'))));
+    }
+    if (params.size() != 2 || !is_identifier(params[0]) || !is_identifier(params[1]))
+      return refuse(info.setstate.empty() ? "" : info.setstate[0], "has a signature ferry does not read");
+    const std::string& self = params[0];
+    const std::string& arg = params[1];
+    const Value* pickled = object->state;
+    arena_.emplace_back();
+    Value& dict = arena_.back();
+    dict.kind = Kind::Dict;
+    for (++i; i < info.setstate.size(); ++i) {
+      const std::string_view line = trim(info.setstate[i]);
+      if (line.empty() || line == "return None") continue;
+      // self.NAME = (ARG)[INDEX] | ARG[INDEX] | (ARG)["KEY"] | ARG["KEY"]
+      const std::string text(line);
+      const size_t eq = line.find(" = ");
+      const std::string_view target = eq == std::string_view::npos ? std::string_view() : line.substr(0, eq);
+      std::string_view source = eq == std::string_view::npos ? std::string_view() : line.substr(eq + 3);
+      if (!starts_with(target, self + ".") || !is_identifier(target.substr(self.size() + 1)))
+        return refuse(text, "does more than assign the stored values to attributes");
+      const std::string name(target.substr(self.size() + 1));
+      const std::string bracketed = "(" + arg + ")[";
+      if (starts_with(source, bracketed)) source.remove_prefix(bracketed.size());
+      else if (starts_with(source, arg + "[")) source.remove_prefix(arg.size() + 1);
+      else return refuse(text, "computes the value of '" + name + "'");
+      if (source.empty() || source.back() != ']') return refuse(text, "computes the value of '" + name + "'");
+      source.remove_suffix(1);
+      Value* part = nullptr;
+      std::string key;
+      if (unquote(source, &key)) {
+        if (pickled && pickled->kind == Kind::Dict)
+          for (const auto& [k, v] : pickled->entries)
+            if (k->kind == Kind::String && k->bytes == key) part = v;
+      } else if (!source.empty() && source.size() < 6 && source.find_first_not_of("0123456789") == std::string_view::npos) {
+        const size_t index = std::stoul(std::string(source));
+        if (pickled && (pickled->kind == Kind::Tuple || pickled->kind == Kind::List) && index < pickled->items.size())
+          part = pickled->items[index];
+      } else {
+        return refuse(text, "computes the value of '" + name + "'");
+      }
+      if (!part)
+        return refuse(text, "reads a part the stored state (" + (pickled ? describe_value(pickled) : std::string("none")) +
+                                ") does not have");
+      for (const auto& [existing, unused] : dict.entries)
+        if (existing->bytes == name) return refuse(text, "assigns '" + name + "' twice");
+      arena_.emplace_back();
+      Value& k = arena_.back();
+      k.kind = Kind::String;
+      k.bytes = name;
+      dict.entries.emplace_back(&k, part);
+    }
+    return &dict;
   }
 
   bool is_module(const Value* object) const {
@@ -368,6 +503,7 @@ class Walker {
   std::unordered_set<const Value*> on_stack_;
   std::unordered_set<std::string> emitted_;
   std::vector<std::pair<std::string, const Value*>> leftovers_;
+  std::deque<Value> arena_;  // the attribute dicts of restored_state
   size_t visits_ = 0;
 };
 

@@ -54,6 +54,12 @@ class ChainAxes {
   // A returned value: a sequence comes out in the input's layout, or it has
   // no time axis left.
   bool require_output(const Axes& v);
+  // Keeps only the layouts in `mask` (bits of possible(): a branch taken
+  // under those layouts only).
+  bool restrict_to(unsigned mask) {
+    possible_ &= mask;
+    return possible_ != 0;
+  }
 
   // Ops on axes. transpose() rules out the layouts where a dim is out of range.
   Axes transpose(const Axes& v, long d0, long d1);

@@ -1,6 +1,7 @@
 #include "mapping/script_chain.h"
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
@@ -23,6 +24,7 @@ using script::Statement;
 
 constexpr size_t kMaxChainElements = 4096;
 constexpr size_t kMaxValueParts = 256;  // a tuple or list, nested ones counted
+constexpr size_t kMaxReadings = 16;     // readings of one forward, each branch that can go either way retried
 
 // The ops from the input to a value, shared: values made from one another
 // share the start of their chains, and copying a value copies a pointer.
@@ -53,6 +55,7 @@ struct Val {
     kList,
     kFunction,  // `text`: qualified name ("torch.relu", "__torch__.torch.nn.functional.relu")
     kLiteral,   // `text` as written; `string` for a string constant
+    kStatic,    // a rank, a size or a comparison of them: `per` under each input layout where `known`
   };
   Kind kind = kOpaque;
   std::string text, owner;
@@ -63,8 +66,19 @@ struct Val {
   std::string state_of;             // h_n, or the opaque c_n: part of this recurrent module's final state
   unsigned id = 0;                  // kTensor: the storage it views (in-place ops update every alias)
   bool partial = false;             // kTensor: a view of part of another (the last step)
-  std::vector<Val> items;           // kTuple / kList
+  std::vector<Val> items;           // kTuple / kList; the tensor whose shape this is (`shape`)
   size_t parts = 1;                 // this value and the items in it, nested ones counted
+  std::optional<long long> features;  // kTensor made by the chain: its feature count, where known
+  bool shape = false;               // kOpaque: torch.size(x) of the tensor items[0]
+  bool data = false;                // kOpaque: computed from the values of a tensor
+  // kStatic. Under the layouts in `symbolic`, the value is the input's
+  // feature count, not known yet (a boolean: whether it is == sym_n, or !=
+  // when !sym_eq); under the others outside `known`, what `text` says ("the
+  // batch size").
+  std::array<long long, kInputLayouts> per{};
+  unsigned known = 0, symbolic = 0;
+  long long sym_n = 0;
+  bool sym_eq = true, boolean = false;
 
   static Val opaque(std::string what) {
     Val v;
@@ -85,6 +99,12 @@ struct Val {
     return v;
   }
   bool is_none() const { return kind == kLiteral && !string && text == "None"; }
+  static Val truth(bool b) { return literal(b ? "True" : "False"); }
+  static Val values_of_tensor(const std::string& how) {
+    Val v = opaque("the values of a tensor (" + how + ")");
+    v.data = true;
+    return v;
+  }
 };
 
 // "1", "-1" -> the integer; nullopt for anything else.
@@ -130,7 +150,10 @@ std::string canonical(const std::string& fn) {
 
 class Reader {
  public:
-  Reader(const Checkpoint& c, const ModuleSet& m) : checkpoint_(c), modules_(m) {
+  // `forced`: the alternative taken at each branch that can go either way
+  // (0 past its end); `steps` counts across readings.
+  Reader(const Checkpoint& c, const ModuleSet& m, std::vector<size_t> forced, size_t& steps)
+      : checkpoint_(c), modules_(m), forced_(std::move(forced)), steps_(steps) {
     for (size_t i = 0; i < c.module_objects.size(); ++i) objects_.emplace(c.module_objects[i].path, i);
     for (const TensorRef& t : c.tensors) tensors_.insert(strip_wrapper_prefixes(t.name));
   }
@@ -166,8 +189,13 @@ class Reader {
     r.graph = format_graph(elements_of(out.chain));
     r.layout = axes_.decided();
     r.notes = std::move(notes);
+    r.notes.insert(r.notes.end(), notes_.begin(), notes_.end());
     return r;
   }
+
+  // Each branch of this reading that could go either way: the alternative
+  // taken and how many there were.
+  const std::vector<std::pair<size_t, size_t>>& choices() const { return choices_; }
 
  private:
   struct Frame {
@@ -231,6 +259,7 @@ class Reader {
       case Val::kList: return "a list of " + std::to_string(v.items.size());
       case Val::kFunction: return "the function " + v.text.substr(0, 80);
       case Val::kLiteral: return "the constant " + v.text.substr(0, 40);
+      case Val::kStatic: return v.boolean ? "a comparison of sizes" : "a size";
     }
     return "?";
   }
@@ -275,15 +304,28 @@ class Reader {
 
     const std::string caller_line = line_;
     frames_.push_back(std::move(frame));
-    for (const auto& [text, st] : fn.body) {
-      line_ = text;
+    std::optional<Val> v = run_block(fn.body);
+    if (!v) fail("forward of '" + shown(object.path) + "' has no return statement (in the lines kept)");
+    frames_.pop_back();
+    line_ = caller_line;
+    return std::move(*v);
+  }
+
+  // Runs the lines of a block, and of the branch each `if` takes; the
+  // returned value once a `return` is reached.
+  std::optional<Val> run_block(const std::vector<script::Line>& block) {
+    for (const script::Line& line : block) {
+      line_ = line.text;
+      const Statement& st = line.statement;
       switch (st.kind) {
         case Statement::kOther: fail(st.why);
-        case Statement::kReturn: {
-          Val v = eval(st.value);
-          frames_.pop_back();
-          line_ = caller_line;
-          return v;
+        case Statement::kElif: case Statement::kElse: fail("an else without its if");
+        case Statement::kPass: break;
+        case Statement::kReturn: return eval(st.value);
+        case Statement::kIf: {
+          const bool taken = branch(st.value);
+          if (std::optional<Val> v = run_block(taken ? line.then : line.orelse)) return v;
+          break;
         }
         case Statement::kExpression: (void)eval(st.value); break;
         case Statement::kAssign: {
@@ -303,13 +345,218 @@ class Reader {
         }
       }
     }
-    fail("forward of '" + shown(object.path) + "' has no return statement (in the lines kept)");
+    return std::nullopt;
+  }
+
+  // ------------------------------------------------------------ branches --
+  // Which way an `if` goes. Its condition must be known when the file is
+  // read: a constant, an attribute, self.training (False: ferry runs the
+  // model in eval mode), whether an argument is None, or a rank or size of a
+  // value the chain made. Where it differs between the input layouts still
+  // possible, or rests on the input's feature count that no layer has read
+  // yet, each way is an alternative: this reading takes one (and rules the
+  // other layouts out, or takes the feature count as given), and
+  // script_chain() reads again with the next one if this reading fails.
+  bool branch(const Expr& condition) {
+    in_condition_ = true;
+    const Val c = eval(condition);
+    in_condition_ = false;
+    if (const auto b = bool_of(c)) return *b;
+    if (c.is_none()) return false;
+    if (const auto n = integer_of(c)) return *n != 0;
+    if (c.kind != Val::kStatic) unknown_branch(c.kind == Val::kOpaque ? c.text : what(c), c.data);
+    struct Alternative {
+      bool taken;
+      unsigned layouts;
+      int assume;  // 0: nothing; 1: the input has sym_n features; 2: it has not
+    };
+    const unsigned possible = axes_.possible();
+    std::vector<Alternative> alternatives;
+    auto add = [&](int assume) {
+      unsigned ways[2] = {0, 0};
+      for (unsigned l = 0; l < kInputLayouts; ++l) {
+        const unsigned bit = 1u << l;
+        if (!(possible & bit)) continue;
+        if (c.known & bit) ways[c.per[l] != 0] |= bit;
+        else if (assume && (c.symbolic & bit)) ways[(assume == 1) == c.sym_eq] |= bit;
+      }
+      // The way the layouts with a time axis take first: ferry's input is a batch.
+      const unsigned sequences = possible & ~(1u << static_cast<unsigned>(InputLayout::kBF));
+      const bool true_first = (ways[1] & sequences) || !(ways[0] & sequences);
+      for (const bool taken : {true_first, !true_first})
+        if (ways[taken]) alternatives.push_back({taken, ways[taken], assume});
+    };
+    if (c.symbolic & possible) {
+      add(1);
+      add(2);
+    } else {
+      add(0);
+    }
+    if (alternatives.empty()) unknown_branch(c.text, false);
+    if (alternatives.size() == 1 && alternatives[0].layouts == possible && alternatives[0].assume == 0)
+      return alternatives[0].taken;
+    const Alternative& a = alternatives[choose(alternatives.size())];
+    if (!axes_.restrict_to(a.layouts)) fail("a branch that fits no input layout");
+    if (a.assume == 1) {
+      input_features_ = c.sym_n;
+      assumed_line_ = line_;
+      notes_.push_back("read for an input of " + std::to_string(c.sym_n) + " features: the forward branches on "
+                       "its feature count (line '" + line_.substr(0, 120) + "')");
+    } else if (a.assume == 2) {
+      input_not_features_.push_back(c.sym_n);
+      assumed_line_ = line_;
+    }
+    return a.taken;
+  }
+
+  [[noreturn]] void unknown_branch(const std::string& on, bool data) {
+    fail("a branch on " + on + (data ? ", which depends on the data" : "") +
+         ", not known when the file is read (a branch is read only where its condition is: a rank, a feature "
+         "size, a constant, an attribute, self.training, whether an argument left at its default is None)");
+  }
+
+  size_t choose(size_t n) {
+    size_t k = choices_.size() < forced_.size() ? forced_[choices_.size()] : 0;
+    if (k >= n) k = 0;
+    choices_.emplace_back(k, n);
+    return k;
+  }
+
+  // A layer reads `x` with `n` features: when x is the input, that is the
+  // input's feature count, which branches before may have taken as given.
+  void bind_input(const Val& x, long long n, const std::string& what_layer) {
+    if (x.chain || !x.hidden.empty() || n <= 0) return;
+    const bool excluded = std::find(input_not_features_.begin(), input_not_features_.end(), n) != input_not_features_.end();
+    if ((input_features_ && *input_features_ != n) || excluded)
+      fail(what_layer + " reads " + std::to_string(n) + " input features, which the branch on line '" +
+           assumed_line_.substr(0, 120) + "' ruled out");
+    input_features_ = n;
+  }
+
+  // The features of a tensor value: its own, or the input's.
+  std::optional<long long> features_of(const Val& x) const { return x.chain ? x.features : input_features_; }
+
+  // torch.size(x, dim) under each input layout.
+  Val size_of(const Val& x, long long dim) {
+    Val r = Val::of(Val::kStatic);
+    for (unsigned l = 0; l < kInputLayouts; ++l) {
+      const std::string& axes = x.axes.under[l];
+      if (axes.empty() || !(axes_.possible() & (1u << l))) continue;
+      const long long rank = static_cast<long long>(axes.size());
+      const long long d = dim < 0 ? dim + rank : dim;
+      const unsigned bit = 1u << l;
+      if (d < 0 || d >= rank) {
+        r.text = "an axis the tensor does not have";
+        continue;
+      }
+      const char axis = axes[static_cast<size_t>(d)];
+      if (axis == 'F') {
+        if (const auto f = features_of(x)) {
+          r.per[l] = *f;
+          r.known |= bit;
+        } else if (!x.chain && x.hidden.empty()) {
+          r.symbolic |= bit;
+        } else {
+          r.text = "the feature count of a value whose width ferry does not know";
+        }
+      } else if (axis == 'L') {
+        const Module* m = modules_.find(x.hidden);
+        if (m) {
+          r.per[l] = static_cast<long long>(m->num_layers) * (m->bidirectional ? 2 : 1);
+          r.known |= bit;
+        }
+      } else {
+        r.text = axis == 'B' ? "the batch size" : "the time length";
+      }
+    }
+    if (r.text.empty()) r.text = "a size";
+    return r;
+  }
+
+  Val rank_of(const Val& x) {
+    Val r = Val::of(Val::kStatic);
+    for (unsigned l = 0; l < kInputLayouts; ++l)
+      if (!x.axes.under[l].empty() && (axes_.possible() & (1u << l))) {
+        r.per[l] = static_cast<long long>(x.axes.under[l].size());
+        r.known |= 1u << l;
+      }
+    r.text = "a rank";
+    return r;
+  }
+
+  // torch.eq / ne / lt / gt / le / ge of two values the branch may rest on.
+  Val compare(const std::string& fn, const Val& a, const Val& b) {
+    const std::string op = fn.substr(6);
+    auto holds = [](long long x, long long y, const std::string& o) {
+      return o == "eq" ? x == y : o == "ne" ? x != y : o == "lt" ? x < y : o == "gt" ? x > y : o == "le" ? x <= y : x >= y;
+    };
+    if (a.data) return a;
+    if (b.data) return b;
+    if (a.kind == Val::kTensor || b.kind == Val::kTensor || a.kind == Val::kParam || b.kind == Val::kParam)
+      return Val::values_of_tensor(fn);
+    if (a.kind == Val::kLiteral && b.kind == Val::kLiteral) {
+      if (a.string && b.string) {
+        const int c = a.text.compare(b.text);
+        return Val::truth(holds(c, 0, op));
+      }
+      const auto x = number_of(a), y = number_of(b);
+      const auto bx = bool_of(a), by = bool_of(b);
+      if (x && y) return Val::truth(op == "eq" ? *x == *y : op == "ne" ? *x != *y : op == "lt" ? *x < *y
+                                    : op == "gt" ? *x > *y : op == "le" ? *x <= *y : *x >= *y);
+      if (bx && by) return Val::truth(holds(*bx, *by, op));
+      if (op == "eq" || op == "ne") return Val::truth((a.string == b.string && a.text == b.text) == (op == "eq"));
+      return Val::opaque("a comparison of " + what(a) + " and " + what(b));
+    }
+    if (a.kind != Val::kStatic && b.kind != Val::kStatic)
+      return Val::opaque("a comparison of " + what(a) + " and " + what(b));
+    // 0: known (*v), 1: the input's feature count, 2: not known.
+    auto state = [](const Val& v, unsigned l, long long* out) {
+      if (v.kind == Val::kStatic) {
+        if (v.boolean && (v.symbolic & (1u << l))) return 2;
+        if (v.known & (1u << l)) return *out = v.per[l], 0;
+        return (v.symbolic & (1u << l)) ? 1 : 2;
+      }
+      if (const auto n = integer_of(v)) return *out = *n, 0;
+      if (const auto t = bool_of(v)) return *out = *t, 0;
+      return 2;
+    };
+    Val r = Val::of(Val::kStatic);
+    r.boolean = true;
+    r.text = a.kind == Val::kStatic ? a.text : b.text;
+    bool have_sym = false;
+    for (unsigned l = 0; l < kInputLayouts; ++l) {
+      long long x = 0, y = 0;
+      const int sa = state(a, l, &x), sb = state(b, l, &y);
+      const unsigned bit = 1u << l;
+      if (sa == 0 && sb == 0) {
+        r.per[l] = holds(x, y, op);
+        r.known |= bit;
+      } else if ((op == "eq" || op == "ne") && ((sa == 1 && sb == 0) || (sa == 0 && sb == 1))) {
+        const long long n = sa == 0 ? x : y;
+        if (have_sym && n != r.sym_n) continue;
+        have_sym = true;
+        r.symbolic |= bit;
+        r.sym_n = n;
+        r.sym_eq = op == "eq";
+      } else if (sa == 2 && a.kind != Val::kStatic) {
+        r.text = "a comparison with " + what(a);
+      } else if (sb == 2 && b.kind != Val::kStatic) {
+        r.text = "a comparison with " + what(b);
+      }
+    }
+    return r;
+  }
+
+  // A scalar attribute of a TorchScript object, as ModuleObject::scalars holds it.
+  static Val scalar(const std::string& text) {
+    if (!text.empty() && text[0] == '\'') return Val::literal(text.substr(1, text.size() - 2), true);
+    return Val::literal(text);
   }
 
   // A forward, parsed once however often it is called.
   struct Parsed {
     std::vector<script::Parameter> parameters;
-    std::vector<std::pair<std::string, Statement>> body;  // each line and what it says
+    std::vector<script::Line> body;  // each line, what it says, and the blocks of branches
   };
 
   const Parsed& parsed(const ModuleObject& object) {
@@ -323,10 +570,7 @@ class Reader {
     }
     auto p = std::make_unique<Parsed>();
     p->parameters = std::move(f.parameters);
-    for (std::string& line : f.body) {
-      Statement st = script::parse_statement(line);
-      p->body.emplace_back(std::move(line), std::move(st));
-    }
+    p->body = script::parse_body(f);
     return *functions_.emplace(object.path, std::move(p)).first->second;
   }
 
@@ -382,11 +626,16 @@ class Reader {
       p.owner = strip_wrapper_prefixes(path);
       return p;
     }
+    if (name == "training") return Val::truth(false);  // ferry runs the model in eval mode
     auto a = checkpoint_.attributes.find(attribute_key(path, name));
     if (a != checkpoint_.attributes.end() && name != kClassAttribute) {
       const bool number = !a->second.empty() && a->second.find_first_not_of("-0123456789.e+") == std::string::npos;
       if (a->second == "true" || a->second == "false") return Val::literal(a->second == "true" ? "True" : "False");
       return Val::literal(a->second, !number);
+    }
+    if (auto o = objects_.find(strip_wrapper_prefixes(path)); o != objects_.end()) {
+      const auto& scalars = checkpoint_.module_objects[o->second].scalars;
+      if (auto v = scalars.find(name); v != scalars.end()) return scalar(v->second);
     }
     return Val::opaque("'" + join(shown(path), name) + "'");
   }
@@ -416,6 +665,9 @@ class Reader {
       }
       if (dim < 0) return base;
       return select(base, dim);
+    }
+    if (base.kind == Val::kOpaque && base.shape && e.items.size() == 2) {
+      if (const auto i = integer_of(eval(e.items[1]))) return size_of(base.items[0], *i);
     }
     if (base.kind == Val::kOpaque || base.kind == Val::kFunction) return Val::opaque("an index of " + what(base));
     fail("indexes " + what(base));
@@ -495,6 +747,23 @@ class Reader {
     y.chain = std::make_shared<const ChainNode>(ChainNode{std::move(e), x.chain, length_of(x.chain) + 1});
     y.id = ++ids_;
     y.partial = false;
+    y.features = features_of(x);
+    return y;
+  }
+
+  // `x` through the layer `m`: the features it reads and makes.
+  Val through(const Val& x, GraphElement e, const Module& m, bool embedding = false) {
+    embedding = embedding || m.class_name == "Embedding";
+    long long in = 0;
+    if (m.type == ModuleType::Linear && !embedding) in = m.in_features;
+    if (m.type == ModuleType::Recurrent) in = m.input_size;
+    if (m.type == ModuleType::BatchNorm || m.type == ModuleType::LayerNorm) in = m.features;
+    bind_input(x, in, "'" + shown(m.path) + "'");
+    if (const auto f = features_of(x); f && in > 0 && *f != in)
+      fail("'" + shown(m.path) + "' reads " + std::to_string(in) + " features, but its input has " + std::to_string(*f));
+    Val y = extend(x, std::move(e));
+    if (embedding) y.features = m.in_features;
+    else if (m.type != ModuleType::PReLU) y.features = m.output_size();
     return y;
   }
 
@@ -522,6 +791,8 @@ class Reader {
   Val call_function(const std::string& raw, const Args& a) {
     const std::string fn = canonical(raw);
     const bool functional = fn.compare(0, 2, "F.") == 0;
+    // A reduction in a branch's condition (`if x.mean() > 0:`) reads the values.
+    if (in_condition_ && (fn == "torch.mean" || fn == "torch.amax" || fn == "torch.max")) return Val::values_of_tensor(fn);
     const std::string base = functional ? fn.substr(2) : fn;
     // torch.relu_ / F.relu(x, True): in place.
     bool inplace = !functional && !base.empty() && base.back() == '_' && base != "torch.add_";
@@ -634,12 +905,64 @@ class Reader {
       if (!o || o->kind != Val::kModule || !n || n->kind != Val::kLiteral || !n->string) fail("a getattr ferry does not read");
       return member(o->text, n->text);
     }
+    // What a branch may rest on.
+    if (raw == "torch.dim" && a.pos.size() == 1 && a.pos[0].kind == Val::kTensor) return rank_of(a.pos[0]);
+    if ((raw == "torch.size" || raw == "len") && !a.pos.empty() && a.pos[0].kind == Val::kTensor) {
+      if (raw == "len") return size_of(a.pos[0], 0);
+      if (a.pos.size() == 2) {
+        if (const auto d = integer_of(a.pos[1])) return size_of(a.pos[0], *d);
+      }
+      if (a.pos.size() == 1) {
+        Val s = Val::opaque("the shape of a tensor");
+        s.shape = true;
+        s.items.push_back(a.pos[0]);
+        return s;
+      }
+    }
+    if (raw == "torch.eq" || raw == "torch.ne" || raw == "torch.lt" || raw == "torch.gt" || raw == "torch.le" ||
+        raw == "torch.ge") {
+      if (a.pos.size() != 2) fail(raw + " without two arguments");
+      return compare(raw, a.pos[0], a.pos[1]);
+    }
+    if (raw == "torch.__is__" || raw == "torch.__isnot__") {
+      if (a.pos.size() != 2) fail(raw + " without two arguments");
+      const Val& v = a.pos[0].is_none() ? a.pos[1] : a.pos[0];
+      const bool is = raw == "torch.__is__";
+      if (!a.pos[0].is_none() && !a.pos[1].is_none()) return Val::opaque("whether two values are the same object");
+      if (v.kind == Val::kOpaque) return Val::opaque("whether " + v.text + " is None");
+      return Val::truth(v.is_none() == is);
+    }
+    if (raw == "torch.__not__" || raw == "bool" || raw == "int") {
+      if (a.pos.size() != 1) fail(raw + " without its one argument");
+      Val v = a.pos[0];
+      if (v.data) return v;
+      if (v.kind == Val::kTensor || v.kind == Val::kParam) return Val::values_of_tensor(raw);
+      if (raw != "torch.__not__") {
+        if (v.kind == Val::kLiteral || v.kind == Val::kStatic) return v;
+      } else if (const auto b = bool_of(v)) {
+        return Val::truth(!*b);
+      } else if (v.kind == Val::kStatic && v.boolean) {
+        for (long long& x : v.per) x = !x;
+        v.sym_eq = !v.sym_eq;
+        return v;
+      }
+      return Val::opaque("the result of " + raw + " of " + what(v));
+    }
+    if (raw == "ops.prim.RaiseException") {
+      const Val* m = a.get(0, nullptr);
+      fail(std::string("the forward raises an exception here") +
+           (m && m->kind == Val::kLiteral && m->string ? " ('" + m->text.substr(0, 80) + "')" : "") +
+           " for the input ferry would give it");
+    }
     // Calls that only read shapes, types or devices.
     static const char* const kQueries[] = {"torch.size", "torch.dim", "torch.numel", "ops.prim.NumToTensor",
                                            "ops.prim.device", "ops.prim.dtype", "ops.prim.layout", "int", "float",
                                            "len", "torch.device", "torch.list"};
     for (const char* q : kQueries)
       if (raw == q) return Val::opaque("the result of " + raw);
+    if (in_condition_ && (std::any_of(a.pos.begin(), a.pos.end(), holds_tensor) ||
+                          std::any_of(a.kw.begin(), a.kw.end(), [](const auto& k) { return holds_tensor(k.second); })))
+      return Val::values_of_tensor(raw.substr(0, 80));
     for (const Val& v : a.pos)
       if (holds_tensor(v)) fail("a call to '" + raw.substr(0, 80) + "', which ferry does not read as a chain element");
     for (const auto& [k, v] : a.kw)
@@ -848,7 +1171,7 @@ class Reader {
       const Module& m = owner_of(a.get(aten ? 0 : 1, "weight"), fn, "weight", ModuleType::Linear);
       if (x.chain) fail(fn + " of a value other than the model's input (token ids)");
       if (!axes_.require_features_last(x.axes)) fail(fn + ": no input layout fits");
-      return extend(x, module_element(m));
+      return through(x, module_element(m), m, true);
     }
     const Val& x = chain_value(a.get(0, "input"), fn);
     if (fn == "torch.linear") {
@@ -856,13 +1179,13 @@ class Reader {
       check_optional_param(a.get(2, "bias"), m, "bias", fn);
       if (!axes_.require_features_last(x.axes))
         fail("a Linear over an axis other than the features (the axes before it do not fit any input layout)");
-      return extend(x, module_element(m));
+      return through(x, module_element(m), m);
     }
     if (fn == "torch.prelu") {
       const Module& m = owner_of(a.get(1, "weight"), fn, "weight", ModuleType::PReLU);
       if (m.features > 1 && !axes_.require_exactly(x.axes, "BFT", true))
         fail("a PReLU with one weight per channel needs the channels at dim 1");
-      return extend(x, module_element(m));
+      return through(x, module_element(m), m);
     }
     if (fn == "torch._convolution" || fn == "torch.conv1d") {
       const Module& m = owner_of(a.get(1, "weight"), fn, "weight", ModuleType::Conv1d);
@@ -898,7 +1221,7 @@ class Reader {
       e.args["groups"] = std::to_string(*groups);
       if (!axes_.require_exactly(x.axes, "BFT", false))
         fail("a Conv1d whose input is not [B, C, T] under any input layout the chain before allows");
-      return extend(x, std::move(e));
+      return through(x, std::move(e), m);
     }
     if (fn == "torch.batch_norm" || fn == "F.batch_norm") {
       // torch.batch_norm(x, weight, bias, mean, var, training, momentum, eps, cudnn)
@@ -921,7 +1244,7 @@ class Reader {
         if (*v != 1e-5) e.args["eps"] = eps->text;
       }
       if (!axes_.require_exactly(x.axes, "BFT", true)) fail("a BatchNorm1d needs the channels at dim 1");
-      return extend(x, std::move(e));
+      return through(x, std::move(e), m);
     }
     // layer_norm(x, normalized_shape, weight, bias, eps)
     const Val* w = a.get(2, "weight");
@@ -938,7 +1261,7 @@ class Reader {
       if (*v != 1e-5) e.args["eps"] = eps->text;
     }
     if (!axes_.require_features_last(x.axes)) fail("a LayerNorm over an axis other than the features");
-    return extend(x, std::move(e));
+    return through(x, std::move(e), m);
   }
 
   // torch.lstm(input, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first)
@@ -977,7 +1300,7 @@ class Reader {
     GraphElement e = module_element(m);
     if (kind == CellKind::kRnn) e.option = fn == "torch.rnn_relu" ? "relu" : "tanh";
     Val out = recurrent_input(x, batch_first, m);
-    Val y = extend(out, e);
+    Val y = through(out, e, m);
     Val t = Val::of(Val::kTuple);
     add_item(t, y);
     add_item(t, final_state(y, m));
@@ -1004,6 +1327,7 @@ class Reader {
 
   Val final_state(const Val& y, const Module& m) {
     Val h = y;
+    h.features = m.proj_size ? m.proj_size : m.hidden_size;
     h.hidden = m.path;
     h.state_of = shown(m.path);
     for (unsigned c = 0; c < kInputLayouts; ++c)
@@ -1048,7 +1372,7 @@ class Reader {
           check_initial_state(a.get(1, "hx"), "module '" + shown(path) + "'");
           auto bf = checkpoint_.attributes.find(attribute_key(path, "batch_first"));
           const bool batch_first = bf != checkpoint_.attributes.end() && bf->second == "true";
-          Val y = extend(recurrent_input(x, batch_first, *m), module_element(*m));
+          Val y = through(recurrent_input(x, batch_first, *m), module_element(*m), *m);
           Val h = final_state(y, *m);
           Val t = Val::of(Val::kTuple);
           add_item(t, y);
@@ -1081,7 +1405,7 @@ class Reader {
             fail(cls + " '" + shown(path) + "' over an axis other than the features");
           break;
       }
-      return extend(x, module_element(*m));
+      return through(x, module_element(*m), *m);
     }
     if (auto act = recorded_activation(checkpoint_, path)) {
       const Val& x = chain_value(a.get(0, "input"), "module '" + shown(path) + "'");
@@ -1110,7 +1434,14 @@ class Reader {
   std::string line_;
   ChainAxes axes_;
   unsigned ids_ = 0;
-  size_t steps_ = 0;
+  std::vector<size_t> forced_;
+  std::vector<std::pair<size_t, size_t>> choices_;
+  size_t& steps_;
+  bool in_condition_ = false;
+  std::optional<long long> input_features_;  // read by a layer, or taken as given by a branch
+  std::vector<long long> input_not_features_;  // ruled out by a branch
+  std::string assumed_line_;                  // the last branch that took either as given
+  std::vector<std::string> notes_;
 };
 
 }  // namespace
@@ -1121,7 +1452,26 @@ bool has_script_forward(const Checkpoint& checkpoint) {
 
 RecordedChain script_chain(const Checkpoint& checkpoint, const ModuleSet& modules) {
   if (!has_script_forward(checkpoint)) throw Error("no forward code");
-  return Reader(checkpoint, modules).run();
+  // A reading that fails after a branch that could go either way is read
+  // again with the next alternative of the last such branch (depth first);
+  // when none reads, the first reading's error is the one that says why.
+  size_t steps = 0;
+  std::vector<size_t> forced;
+  std::optional<Error> first;
+  for (size_t reading = 1;; ++reading) {
+    Reader reader(checkpoint, modules, forced, steps);
+    try {
+      return reader.run();
+    } catch (const Error& e) {
+      if (!first) first = e;
+      std::vector<std::pair<size_t, size_t>> taken = reader.choices();
+      while (!taken.empty() && taken.back().first + 1 >= taken.back().second) taken.pop_back();
+      if (taken.empty() || reading >= kMaxReadings) throw *first;
+      forced.clear();
+      for (const auto& t : taken) forced.push_back(t.first);
+      ++forced.back();
+    }
+  }
 }
 
 }  // namespace ferry::conv

@@ -239,11 +239,10 @@ const char* compound_statement(const std::string& word) {
     const char* word;
     const char* why;
   } kWords[] = {
-      {"if", "a branch (if)"},      {"elif", "a branch (elif)"},   {"else", "a branch (else)"},
       {"for", "a loop (for)"},      {"while", "a loop (while)"},   {"with", "a with block"},
       {"try", "a try block"},       {"except", "a try block"},     {"finally", "a try block"},
       {"raise", "a raise"},         {"assert", "an assert"},       {"del", "a del"},
-      {"pass", "a pass"},           {"break", "a break"},          {"continue", "a continue"},
+      {"break", "a break"},          {"continue", "a continue"},
       {"def", "a nested def"},      {"class", "a nested class"},   {"lambda", "a lambda"},
       {"global", "a global"},       {"nonlocal", "a nonlocal"},    {"import", "an import"},
       {"from", "an import"},        {"yield", "a yield"},          {"await", "an await"},
@@ -263,7 +262,17 @@ Statement parse_tokens(std::vector<Token> tokens) {
     }
   }
   Parser p(std::move(tokens));
-  if (p.peek().kind == Token::kName && p.peek().text == "return") {
+  const std::string first = p.peek().kind == Token::kName ? p.peek().text : std::string();
+  if (first == "if" || first == "elif" || first == "else" || first == "pass") {
+    p.name();
+    st.kind = first == "if" ? Statement::kIf : first == "elif" ? Statement::kElif
+            : first == "else" ? Statement::kElse : Statement::kPass;
+    if (st.kind == Statement::kIf || st.kind == Statement::kElif) st.value = p.expr();
+    if (st.kind != Statement::kPass) p.expect(":");
+    if (!p.at_end()) throw SyntaxError{"'" + Parser::shown(p.peek()) + "' after a complete statement"};
+    return st;
+  }
+  if (first == "return") {
     p.name();
     st.kind = Statement::kReturn;
     st.value = p.expr();
@@ -345,15 +354,20 @@ Function parse_function(const std::vector<std::string>& lines) {
   Function f;
   // Logical lines: a line whose brackets are still open continues on the next.
   std::vector<std::string> logical;
+  std::vector<size_t> indents;
   std::string current;
   for (const std::string& raw : lines) {
+    const size_t indent = std::min(raw.find_first_not_of(" \t\r"), raw.size());
     if (raw.size() > kMaxScriptLine) {
+      if (!current.empty()) logical.push_back(std::move(current));  // its indent is already in
       logical.push_back(raw);  // parse_statement refuses it, naming its length
+      indents.push_back(indent);
       current.clear();
       continue;
     }
     const std::string line = trim(raw);
     if (line.empty() && current.empty()) continue;
+    if (current.empty()) indents.push_back(indent);
     current += (current.empty() ? "" : " ") + line;
     if (current.size() > kMaxStatementChars || open_brackets(current) <= 0) {
       logical.push_back(std::move(current));
@@ -393,7 +407,106 @@ Function parse_function(const std::vector<std::string>& lines) {
     throw Error("the signature of forward cannot be read (" + e.why + ")");
   }
   f.body.assign(logical.begin() + 1, logical.end());
+  f.indents.assign(indents.begin() + 1, indents.end());
   return f;
 }
+
+namespace {
+
+// Builds the blocks of parse_body: block() reads the lines from the current
+// one on whose indentation is `indent`, up to the first line indented less.
+// The first line that breaks the structure ends the reading (broken_).
+class BlockReader {
+ public:
+  explicit BlockReader(const Function& f) : f_(f) {}
+
+  std::vector<Line> body() {
+    std::vector<Line> out = f_.body.empty() ? std::vector<Line>{} : block(f_.indents[0], 0);
+    if (!broken_ && i_ < f_.body.size()) fail(f_.body[i_], "an indentation that matches no block");
+    if (broken_) return {std::move(broken_line_)};
+    return out;
+  }
+
+ private:
+  std::vector<Line> block(size_t indent, size_t depth) {
+    std::vector<Line> out;
+    while (!broken_ && i_ < f_.body.size() && f_.indents[i_] >= indent) {
+      if (f_.indents[i_] > indent) {
+        fail(f_.body[i_], "an indented line outside a block");
+        break;
+      }
+      Line line = next();
+      const Statement::Kind kind = line.statement.kind;
+      if (kind == Statement::kElif || kind == Statement::kElse) {
+        fail(line.text, "an else without its if");
+        break;
+      }
+      if (kind == Statement::kIf) branches(line, indent, depth);
+      if (kind == Statement::kOther && i_ < f_.body.size() && f_.indents[i_] > indent) {
+        fail(line.text, line.statement.why);  // a loop, a with block, a line that cannot be read, with its block
+        break;
+      }
+      out.push_back(std::move(line));
+    }
+    return out;
+  }
+
+  Line next() {
+    Line line;
+    line.text = f_.body[i_++];
+    line.statement = parse_statement(line.text);
+    return line;
+  }
+
+  void fail(const std::string& text, const std::string& why) {
+    broken_ = true;
+    broken_line_.text = text;
+    broken_line_.statement = Statement{};
+    broken_line_.statement.why = why;
+  }
+
+  // The block of a branch opened at `indent`.
+  std::vector<Line> opened(const std::string& text, size_t indent, size_t depth) {
+    if (i_ >= f_.body.size() || f_.indents[i_] <= indent) {
+      fail(text, "a branch without its block");
+      return {};
+    }
+    return block(f_.indents[i_], depth);
+  }
+
+  // The branches of the `if` (or `elif`) `line` at `indent`.
+  void branches(Line& line, size_t indent, size_t depth) {
+    if (depth + 1 >= kMaxNesting) {
+      fail(line.text, "branches nested deeper than " + std::to_string(kMaxNesting) + " levels");
+      return;
+    }
+    line.statement.kind = Statement::kIf;
+    line.then = opened(line.text, indent, depth + 1);
+    if (broken_ || i_ >= f_.body.size()) return;
+    if (f_.indents[i_] > indent) {
+      fail(f_.body[i_], "an indentation that matches no block");
+      return;
+    }
+    if (f_.indents[i_] < indent) return;
+    const Statement::Kind kind = parse_statement(f_.body[i_]).kind;
+    if (kind == Statement::kElif) {
+      Line elif = next();
+      branches(elif, indent, depth + 1);
+      line.orelse.push_back(std::move(elif));
+    } else if (kind == Statement::kElse) {
+      const Line els = next();
+      line.orelse = opened(els.text, indent, depth + 1);
+    }
+  }
+
+  const Function& f_;
+  size_t i_ = 0;
+  bool broken_ = false;
+  Line broken_line_;
+};
+
+}  // namespace
+
+std::vector<Line> parse_body(const Function& f) { return BlockReader(f).body(); }
 
 }  // namespace ferry::conv::script

@@ -2,9 +2,12 @@
 // `forward` into code/ (PYTORCH_FORMAT.md §3): read as text into a small
 // tree, never run. mapping/script_chain.h gives the tree its meaning.
 //
-// What is read is the subset the printer emits for straight-line code:
+// What is read is the subset the printer emits for straight-line code and
+// its branches:
 //
 //   statement := 'return' expr
+//              | 'if' expr ':' | 'elif' expr ':' | 'else' ':'   opens a block
+//              | 'pass'
 //              | NAME [':' type] '=' expr                 x = ..., x : Tensor = ...
 //              | NAME (',' NAME)* [','] '=' expr          a, b, = ...  (a tuple unpacked)
 //              | expr                                     a call kept for its effect
@@ -13,12 +16,15 @@
 //   args      := [ (NAME '=' expr | expr) (',' ...)* [','] ]
 //   subscript := (expr | [expr] ':' [expr] [':' [expr]]) (',' ...)*
 //
-// Anything else (if / for / while / with, operators, lambdas) is a statement
-// of kind kOther: the reader stops there and says which line it was.
+// Anything else (for / while / with, operators, lambdas) is a statement of
+// kind kOther: the reader stops there and says which line it was. A body's
+// lines become blocks by their indentation (parse_body): an `if` holds the
+// lines of its two branches, an `elif` is an `if` inside the `else`.
 //
 // Limits, so that hostile code costs little: a statement of at most
 // kMaxStatementChars characters (continuation lines included), expressions
-// nested at most kMaxNesting deep (the parser recurses once per level).
+// nested at most kMaxNesting deep (the parser recurses once per level), and
+// so are blocks.
 #pragma once
 
 #include <cstddef>
@@ -51,10 +57,10 @@ struct Expr {
 };
 
 struct Statement {
-  enum Kind { kAssign, kReturn, kExpression, kOther };
+  enum Kind { kAssign, kReturn, kExpression, kIf, kElif, kElse, kPass, kOther };
   Kind kind = kOther;
   std::vector<std::string> targets;  // kAssign: one name, or several for a tuple unpacked
-  Expr value;                        // kAssign / kReturn / kExpression
+  Expr value;                        // kAssign / kReturn / kExpression; kIf / kElif: the condition
   std::string why;                   // kOther: what it is ("a branch (if)", "a loop (for)", a syntax error)
 };
 
@@ -66,10 +72,21 @@ struct Parameter {
 
 // A `def forward(...)` as its code/ lines give it: the parameters (the first
 // is the module itself, whatever it is called) and the body's logical lines
-// (continuation lines joined).
+// (continuation lines joined), each with the indentation of its first line.
 struct Function {
   std::vector<Parameter> parameters;
   std::vector<std::string> body;
+  std::vector<size_t> indents;  // one per body line
+};
+
+// A body line and, for an `if` (an `elif` becomes an `if` alone in the
+// `else`), the blocks of its branches. Lines that do not fit the block
+// structure (an `else` without its `if`, an indentation that matches no
+// block, blocks nested deeper than kMaxNesting) are kOther lines saying so.
+struct Line {
+  std::string text;
+  Statement statement;
+  std::vector<Line> then, orelse;  // kIf only
 };
 
 // Splits the lines of a `def` into its signature and body. Throws Error when
@@ -80,5 +97,8 @@ Function parse_function(const std::vector<std::string>& lines);
 // for what the code says: unreadable text is a kOther statement with the
 // reason.
 Statement parse_statement(const std::string& line);
+
+// The body of `f` as blocks, each line parsed. Never throws.
+std::vector<Line> parse_body(const Function& f);
 
 }  // namespace ferry::conv::script
