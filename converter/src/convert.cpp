@@ -114,20 +114,25 @@ ConvertResult convert(const ConvertRequest& request) {
   plan_options.graph = request.graph;
   plan_options.batch_first = request.batch_first;
   plan_options.layout = request.layout;
+  plan_options.output_layout = request.output_layout;
   std::vector<std::string> chain_notes;
   if (checkpoint.export_graph) {
     // .pt2: the chain and the input layout its graph records. With --graph
     // the user's chain is used and the weights alone are needed; the layout
     // is still taken from the graph where it reads.
     plan_options.recorded_layout_source = "recorded in the file (the axes its graph's ops take)";
+    plan_options.recorded_output_layout_source = "recorded in the file: the axes of its graph's output";
     if (!request.graph) {
       const ExportChain chain = export_chain(checkpoint);
       plan_options.inferred_graph = chain.graph;
       plan_options.recorded_layout = plan_layout(chain.layout);
+      if (chain.output_layout) plan_options.recorded_output_layout = plan_layout(*chain.output_layout);
       chain_notes = chain.notes;
     } else {
       try {
-        plan_options.recorded_layout = plan_layout(export_chain(checkpoint).layout);
+        const ExportChain chain = export_chain(checkpoint);
+        plan_options.recorded_layout = plan_layout(chain.layout);
+        if (chain.output_layout) plan_options.recorded_output_layout = plan_layout(*chain.output_layout);
       } catch (const Error&) {
         // The graph does not read (a core-ATen graph, an op ferry does not
         // run): --graph and the flags say everything.
@@ -156,6 +161,10 @@ ConvertResult convert(const ConvertRequest& request) {
       plan_options.recorded_layout_source = has_script_forward(checkpoint) ? "read from the TorchScript code"
                                                                            : "what the nn.Sequential's layers take";
     }
+    if (recorded && recorded->output_layout) {
+      plan_options.recorded_output_layout = layout_of(*recorded->output_layout);
+      plan_options.recorded_output_layout_source = "read from the TorchScript code: the axes it returns";
+    }
   }
   PlanResult planned = plan_conversion(checkpoint, modules, plan_options, file);
   planned.notes.insert(planned.notes.end(), chain_notes.begin(), chain_notes.end());
@@ -182,6 +191,9 @@ ConvertResult convert(const ConvertRequest& request) {
   report.channels_first = plan.channels_first;
   report.input_is_tokens = plan.input_is_tokens;
   report.batch_first_source = planned.batch_first_source;
+  report.output_is_sequence = plan.output_is_sequence;
+  report.output_layout = plan.output_layout;
+  report.output_layout_source = planned.output_layout_source;
   for (const LayerPlan& l : plan.layers) {
     const Module* m = modules.find(l.name);
     report.layers.push_back({l.name, m ? m->describe() : "", l.input_size, l.output_size});

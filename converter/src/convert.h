@@ -42,6 +42,7 @@ struct ConvertRequest {
   std::optional<std::string> graph;   // --graph; inferred when absent
   std::optional<bool> batch_first;    // --batch-first; else what the file records; else false
   std::optional<Layout> layout;       // --layout btf|tbf|bft (instead of --batch-first)
+  std::optional<Layout> output_layout;  // --output-layout btf|tbf|bft; else the file's record; else the input's
   std::string key;                    // --key: the entry of a checkpoint dict
   std::optional<std::string> c_array; // --c-array: also write the model as a C header here
   SelfTestPolicy selftest = SelfTestPolicy::Auto;
@@ -77,6 +78,9 @@ struct ConvertReport {
   bool channels_first = false;
   bool input_is_tokens = false;
   std::string batch_first_source;
+  bool output_is_sequence = false;
+  std::optional<Layout> output_layout;  // a sequence output's, where not the input's (ModelPlan::output_layout)
+  std::string output_layout_source;
   std::vector<LayerSummary> layers;
   std::vector<std::pair<std::string, std::string>> ignored;  // state-dict key, reason
   // Weights folded from weight norm / spectral norm parts, as

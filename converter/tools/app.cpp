@@ -46,9 +46,12 @@ CLI::Validator finite_non_negative() {
 }
 
 std::string version_text() {
-  char line[160];
-  std::snprintf(line, sizeof line, "ferry %s\nmodel files: writes format %d.%d, reads format %d.x (any minor)\n",
-                FERRY_VERSION_STRING, FERRY_FORMAT_MAJOR, FERRY_FORMAT_MINOR, FERRY_FORMAT_MAJOR);
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "ferry %s\nmodel files: writes format 1.3 (%d.%d where a sequence output's layout differs from the "
+                "input's), reads formats %d.x to %d.x (any minor)\n",
+                FERRY_VERSION_STRING, FERRY_FORMAT_MAJOR, FERRY_FORMAT_MINOR, FERRY_FORMAT_MAJOR_OLDEST,
+                FERRY_FORMAT_MAJOR);
   return std::string(line) +
          "checkpoints: torch.save zip and legacy (pre-1.6) files, whole pickled modules, TorchScript archives, "
          "safetensors, torch.export .pt2 archives, distributed checkpoint directories";

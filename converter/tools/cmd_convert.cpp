@@ -96,7 +96,14 @@ void print_plan(const std::string& in, const ConvertReport& r, Verbosity verbosi
   const char* layout = r.channels_first ? "channels-first [B,F,T]"
                        : r.batch_first    ? (r.input_is_tokens ? "batch-first token ids [B,T]" : "batch-first [B,T,F]")
                                           : (r.input_is_tokens ? "time-major token ids [T,B]" : "time-major [T,B,F]");
-  std::printf("layout   %s (%s)\n", layout, r.batch_first_source.c_str());
+  std::string output;
+  if (r.output_layout) {
+    output = std::string("; output ") + (*r.output_layout == conv::Layout::kChannelsFirst ? "channels-first [B,F,T]"
+                                         : *r.output_layout == conv::Layout::kBatchFirst  ? "batch-first [B,T,F]"
+                                                                                          : "time-major [T,B,F]") +
+             " (" + r.output_layout_source + ")";
+  }
+  std::printf("layout   %s (%s)%s\n", layout, r.batch_first_source.c_str(), output.c_str());
   for (size_t i = 0; i < r.layers.size(); ++i) {
     const conv::LayerSummary& l = r.layers[i];
     std::printf("layer %zu  %-10s %s  %u -> %u\n", i, l.name.c_str(), l.description.c_str(), l.input_size,
@@ -168,10 +175,10 @@ void print_quantization(const ConvertReport& r) {
 namespace {
 
 struct ConvertOptions {
-  std::string input, output, graph, layout, key, quantize = "f32", calibration, c_array, rounding;
+  std::string input, output, graph, layout, output_layout, key, quantize = "f32", calibration, c_array, rounding;
   float max_error = 0;
   bool batch_first = false, selftest = false, stats = false, fallback = false, quiet = false, verbose = false;
-  CLI::Option *graph_opt = nullptr, *layout_opt = nullptr, *calibration_opt = nullptr, *max_error_opt = nullptr,
+  CLI::Option *graph_opt = nullptr, *layout_opt = nullptr, *output_layout_opt = nullptr, *calibration_opt = nullptr, *max_error_opt = nullptr,
               *c_array_opt = nullptr, *rounding_opt = nullptr;
 };
 
@@ -203,6 +210,11 @@ int run_convert(const ConvertOptions& o) {
     request.layout = o.layout == "btf"   ? conv::Layout::kBatchFirst
                      : o.layout == "tbf" ? conv::Layout::kTimeMajor
                                          : conv::Layout::kChannelsFirst;
+  }
+  if (o.output_layout_opt->count()) {
+    request.output_layout = o.output_layout == "btf"   ? conv::Layout::kBatchFirst
+                            : o.output_layout == "tbf" ? conv::Layout::kTimeMajor
+                                                       : conv::Layout::kChannelsFirst;
   }
   request.key = o.key;
   if (o.c_array_opt->count()) request.c_array = o.c_array;
@@ -261,6 +273,11 @@ Action declare_convert(CLI::App& app) {
                       ->type_name("LAYOUT")
                       ->check(CLI::IsMember({"btf", "tbf", "bft"}))
                       ->excludes(batch_first);
+  o->output_layout_opt = app.add_option("--output-layout", o->output_layout,
+                                        "Layout of a sequence output: btf, tbf, bft (default: what the file "
+                                        "records, else the input's)")
+                             ->type_name("LAYOUT")
+                             ->check(CLI::IsMember({"btf", "tbf", "bft"}));
   app.add_option("--key", o->key, "The entry of a checkpoint dict that holds the model")->type_name("NAME");
   app.add_option("--quantize", o->quantize, "Weight type of the matrices (biases, small layers stay f32)")
       ->type_name("DTYPE")

@@ -101,6 +101,22 @@ std::string json_string(const std::string& s) {
   return out + "\"";
 }
 
+// A sequence output's layout as the runtime reads it (ferry_model_info).
+int output_layout(const ferry_model* model) {
+  ferry_model_info info{};
+  info.struct_size = sizeof info;
+  if (ferry_model_get_info(model, &info) != FERRY_OK) throw Error(std::string("model info: ") + ferry_last_error());
+  return info.output_layout;
+}
+const char* layout_code(int layout) {
+  return layout == FERRY_LAYOUT_CHANNELS_FIRST ? "bft" : layout == FERRY_LAYOUT_BATCH_FIRST ? "btf" : "tbf";
+}
+const char* layout_text(int layout) {
+  return layout == FERRY_LAYOUT_CHANNELS_FIRST ? "channels-first [B,F,T]"
+         : layout == FERRY_LAYOUT_BATCH_FIRST  ? "batch-first [B,T,F]"
+                                               : "time-major [T,B,F]";
+}
+
 // `inspect --json` of a .fb model: the summary a script needs, one object.
 int inspect_model_json(const std::string& path) {
   LoadedModel lm(path);
@@ -120,11 +136,13 @@ int inspect_model_json(const std::string& path) {
               ", \"reason\": " + json_string(v.reason) + "}";
   }
   std::printf("{\"file\": %s, \"format\": \"%u.%u\", \"bytes\": %zu, \"input_size\": %u, \"output_size\": %u, "
-              "\"layout\": \"%s\", \"output_is_sequence\": %s, \"layers\": [%s], \"backends\": [%s], "
-              "\"backend_detail\": [%s]}\n",
+              "\"layout\": \"%s\", \"output_is_sequence\": %s, \"output_layout\": %s, \"layers\": [%s], "
+              "\"backends\": [%s], \"backend_detail\": [%s]}\n",
               json_string(path).c_str(), m->format_major(), m->format_minor(), lm.file.size(), m->input_size(),
               m->output_size(), m->channels_first() ? "bft" : m->batch_first() ? "btf" : "tbf",
-              m->output_is_sequence() ? "true" : "false", layers.c_str(), runs.c_str(), detail.c_str());
+              m->output_is_sequence() ? "true" : "false",
+              m->output_is_sequence() ? json_string(layout_code(output_layout(lm.model))).c_str() : "null",
+              layers.c_str(), runs.c_str(), detail.c_str());
   return 0;
 }
 
@@ -137,7 +155,11 @@ int inspect_model(const std::string& path) {
               m->channels_first() ? "channels-first [B,F,T]"
               : m->batch_first()  ? "batch-first [B,T,F]"
                                   : "time-major [T,B,F]");
-  std::printf("output   %u features%s\n", m->output_size(), m->output_is_sequence() ? " per time step" : " ([B,F])");
+  if (m->output_is_sequence()) {
+    std::printf("output   %u features per time step, %s\n", m->output_size(), layout_text(output_layout(lm.model)));
+  } else {
+    std::printf("output   %u features ([B,F])\n", m->output_size());
+  }
   std::printf("arena    %llu bytes for streaming at batch 1\n",
               static_cast<unsigned long long>(m->arena_bytes_stream_b1()));
   const std::vector<BackendVerdict> verdicts = backends_for(lm.model);

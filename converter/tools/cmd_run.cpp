@@ -141,9 +141,9 @@ int run_model(const RunOptions& o) {
   y.data.assign(out_floats, 0.0f);
   if (!info.has_time_axis || !info.output_is_sequence) {
     y.shape = {batch, F};
-  } else if (info.channels_first) {
+  } else if (info.output_layout == FERRY_LAYOUT_CHANNELS_FIRST) {
     y.shape = {batch, F, out_seq};
-  } else if (info.batch_first) {
+  } else if (info.output_layout == FERRY_LAYOUT_BATCH_FIRST) {
     y.shape = {batch, out_seq, F};
   } else {
     y.shape = {out_seq, batch, F};
@@ -153,10 +153,17 @@ int run_model(const RunOptions& o) {
                      std::to_string(seq) + " input steps; run it whole");
   }
 
-  // Element (b, t, f) of a [B,T,F], [T,B,F] or [B,F,T] array of `steps` steps.
+  // Element (b, t, f) of a [B,T,F], [T,B,F] or [B,F,T] array of `steps`
+  // steps: the input's layout, and the output's.
+  const int input_layout = info.channels_first ? FERRY_LAYOUT_CHANNELS_FIRST
+                           : info.batch_first  ? FERRY_LAYOUT_BATCH_FIRST
+                                               : FERRY_LAYOUT_TIME_MAJOR;
+  auto index = [&](int layout, size_t b, size_t t, size_t f, size_t steps, size_t width) {
+    if (layout == FERRY_LAYOUT_CHANNELS_FIRST) return (b * width + f) * steps + t;
+    return (layout == FERRY_LAYOUT_BATCH_FIRST ? b * steps + t : t * batch + b) * width + f;
+  };
   auto at = [&](size_t b, size_t t, size_t f, size_t steps, size_t width) {
-    if (info.channels_first) return (b * width + f) * steps + t;
-    return (info.batch_first ? b * steps + t : t * batch + b) * width + f;
+    return index(input_layout, b, t, f, steps, width);
   };
   const auto t0 = std::chrono::steady_clock::now();
   if (!stream) {
@@ -181,7 +188,7 @@ int run_model(const RunOptions& o) {
       }
       if (info.output_is_sequence) {
         for (size_t b = 0; b < batch; ++b)
-          for (size_t f = 0; f < F; ++f) y.data[at(b, t, f, seq, F)] = yt[b * F + f];
+          for (size_t f = 0; f < F; ++f) y.data[index(info.output_layout, b, t, f, seq, F)] = yt[b * F + f];
       } else if (t + 1 == seq) {
         y.data = yt;
       }

@@ -1339,8 +1339,8 @@ def model_entries():
     model("recurrent_after_last.fb",
           lstm_model(lambda p: p["layers"].insert(2, dict(p["layers"][0]))),
           "layers[2]: a recurrent layer after `last`", "LSTM after `last`")
-    model("format_major_2.fb", lstm_model(lambda p: p["model"].__setitem__(0, ("H", 2))),
-          "format_major 2: this runtime reads format 1.x", "format 2.0", "FERRY_UNSUPPORTED")
+    model("format_major_3.fb", lstm_model(lambda p: p["model"].__setitem__(0, ("H", 3))),
+          "format_major 3: this runtime reads formats 1.x to 2.x", "format 3.0", "FERRY_UNSUPPORTED")
     # Self-test vectors: the model loads; `ferry selftest` refuses them.
     def with_selftest(**kw):
         return lambda p: p.__setitem__("selftest", selftest_table(**kw))
@@ -1788,6 +1788,35 @@ def dcp_dir(name, metadata, files, expect, why, ok=False):
     ENTRIES.append(e)
 
 
+M_OUTPUT_LAYOUT = 16
+IO_TIME_MAJOR, IO_BATCH_FIRST, IO_CHANNELS_FIRST = 1, 2, 3
+
+
+def output_layout_entries():
+    """Model.output_layout (format 2.0): a known value, only on a sequence
+    output, only in a format 2 file."""
+    def layout(value, major=2):
+        def mutate(p):
+            p["model"][0] = ("H", major)
+            p["model"][1] = ("H", 0)
+            p["model"][M_OUTPUT_LAYOUT] = ("B", value)
+        return mutate
+    add("models/control_output_layout.fb",
+        ops_model([conv_layer()], CONV_TENSORS, 4, 6, mutate=layout(IO_BATCH_FIRST)), "model", None,
+        "control: format 2.0, a time-major Conv1d model whose sequence output is batch-first", ok=True)
+    model("output_layout_unknown.fb", ops_model([conv_layer()], CONV_TENSORS, 4, 6, mutate=layout(9)),
+          "output_layout: unknown value 9", "output_layout 9 (a newer format's)", "FERRY_UNSUPPORTED")
+    model("output_layout_without_time_axis.fb", lstm_model(layout(IO_CHANNELS_FIRST)),
+          "output_layout ChannelsFirst: the output has no time axis",
+          "a channels-first output after `last` ([B,F])")
+    model("output_layout_pooled.fb",
+          ops_model([layer_table(MEANPOOL, "mean", 4, 4)], [], 4, 4, sequence=False, mutate=layout(IO_BATCH_FIRST)),
+          "output_layout BatchFirst: the output has no time axis", "a batch-first output after mean pooling")
+    model("output_layout_in_format_1.fb",
+          ops_model([conv_layer()], CONV_TENSORS, 4, 6, mutate=layout(IO_BATCH_FIRST, major=1)),
+          "output_layout BatchFirst in a format 1.x file", "a 1.x file a 1.x runtime would misread")
+
+
 def dcp_entries():
     w0 = dcp_slice([1, 3], [0.5, -0.25, 0.125])
     w1 = dcp_slice([1, 3], [1.0, 0.75, -0.5])
@@ -2174,6 +2203,7 @@ def main():
     model_entries()
     quant_entries()
     op_entries()
+    output_layout_entries()
     dcp_entries()
     norm_entries()
     pt2_entries()

@@ -38,6 +38,7 @@ const std::string kOps = std::string(FERRY_FIXTURES_DIR) + "/ops/";
 
 struct OpFixture {
   std::string name, pt, input, output, form, layout, key;
+  std::string output_layout;                 // a sequence output's layout where not `layout`
   std::optional<std::string> graph;          // null: read from the file (TorchScript, a Sequential)
   std::optional<std::string> expect_chain;   // what ferry must print when it reads the chain
   bool causal = false;
@@ -61,6 +62,7 @@ std::vector<OpFixture> load_manifest() {
     f.output = e.at("output");
     f.form = e.at("form");
     f.layout = e.at("layout");
+    f.output_layout = e.value("output_layout", std::string());
     f.key = e.value("key", nlohmann::json()).is_string() ? e.at("key").get<std::string>() : "";
     if (e.at("graph").is_string()) f.graph = e.at("graph").get<std::string>();
     if (e.contains("expect_chain") && e.at("expect_chain").is_string()) f.expect_chain = e.at("expect_chain").get<std::string>();
@@ -103,6 +105,7 @@ std::string convert_command(const OpFixture& f, const std::string& fb) {
   std::string c = "convert " + shell_quote(kOps + f.pt) + " " + shell_quote(fb);
   if (!f.graph) return c;
   c += " --layout " + layout_flag(f.layout);
+  if (!f.output_layout.empty()) c += " --output-layout " + layout_flag(f.output_layout);
   auto given = kGroupsGiven.find(f.name);
   if (given != kGroupsGiven.end()) c += " --graph " + shell_quote(given->second);
   else if (f.graph) c += " --graph " + shell_quote(*f.graph);
@@ -316,4 +319,76 @@ TEST(OpFixtures, ExerciseHarnessRunsALongKernelAtItsMinSeq) {
   EXPECT_EQ(r.load, FERRY_OK);
   EXPECT_TRUE(r.ran);
   EXPECT_EQ(r.failure, "");
+}
+
+// A model that takes [B, C, T] and returns its GRU's [B, T, H] (a transpose
+// before the return): converted from the state dict with --output-layout
+// btf, ferry's output is PyTorch's; without it, the output comes out in the
+// input's layout [B, H, T], which is not what the model returns.
+TEST(OpFixtures, OutputLayoutFlagGivesTheModelsLayout) {
+  const std::string graph = "conv(padding=1) > relu > gru";
+  const NpyArray want = read_npy(kOps + "conv_gru_out_btf.out.npy");
+  ASSERT_EQ(want.shape, (std::vector<size_t>{2, 9, 8}));
+  const auto convert_and_run = [&](const TempDir& dir, const std::string& flags) {
+    const auto c = run_ferry("convert " + shell_quote(kOps + "conv_gru_out_btf.pt") + " " + shell_quote(dir / "m.fb") +
+                                 " --layout bft --graph " + shell_quote(graph) + flags,
+                             dir);
+    EXPECT_EQ(c.status, 0) << c.err;
+    const auto r = run_ferry("run " + shell_quote(dir / "m.fb") + " --input " +
+                                 shell_quote(kOps + "conv_gru_out_btf.in.npy") + " --output " + shell_quote(dir / "y.npy") +
+                                 " --quiet",
+                             dir);
+    EXPECT_EQ(r.status, 0) << r.err;
+    return c;
+  };
+  {
+    TempDir dir;
+    const auto c = convert_and_run(dir, " --output-layout btf");
+    EXPECT_NE(c.out.find("layout   channels-first [B,F,T] (--layout); output batch-first [B,T,F] (--output-layout)"),
+              std::string::npos)
+        << c.out;
+    const NpyArray got = read_npy(dir / "y.npy");
+    ASSERT_EQ(got.shape, want.shape);
+    EXPECT_LE(max_abs_diff(got, want), 1e-5);
+    // Format 2.0, and inspect says both layouts.
+    const std::vector<uint8_t> bytes = read_bytes(dir / "m.fb");
+    ferry_model* model = nullptr;
+    ASSERT_EQ(ferry_model_load(bytes.data(), bytes.size(), nullptr, &model), FERRY_OK) << ferry_last_error();
+    ferry_model_info info{};
+    info.struct_size = sizeof info;
+    ASSERT_EQ(ferry_model_get_info(model, &info), FERRY_OK);
+    EXPECT_EQ(info.channels_first, 1);
+    EXPECT_EQ(info.output_layout, FERRY_LAYOUT_BATCH_FIRST);
+    ferry_model_free(model);
+    const auto text = run_ferry("inspect " + shell_quote(dir / "m.fb"), dir);
+    EXPECT_NE(text.out.find("format 2.0"), std::string::npos) << text.out;
+    EXPECT_NE(text.out.find("input    6 features, channels-first [B,F,T]"), std::string::npos) << text.out;
+    EXPECT_NE(text.out.find("output   8 features per time step, batch-first [B,T,F]"), std::string::npos) << text.out;
+    const auto json = run_ferry("inspect --json " + shell_quote(dir / "m.fb"), dir);
+    const nlohmann::json j = nlohmann::json::parse(json.out);
+    EXPECT_EQ(j.at("layout"), "bft");
+    EXPECT_EQ(j.at("output_layout"), "btf");
+    EXPECT_EQ(j.at("format"), "2.0");
+  }
+  {
+    TempDir dir;
+    convert_and_run(dir, "");
+    const NpyArray got = read_npy(dir / "y.npy");
+    EXPECT_EQ(got.shape, (std::vector<size_t>{2, 8, 9})) << "the input's layout, [B, H, T]";
+    const auto json = run_ferry("inspect --json " + shell_quote(dir / "m.fb"), dir);
+    const nlohmann::json j = nlohmann::json::parse(json.out);
+    EXPECT_EQ(j.at("output_layout"), "bft");
+    EXPECT_EQ(j.at("format"), "1.2") << "a file whose output keeps the input's layout is as before";
+  }
+}
+
+// --output-layout on a model whose output has no time axis is refused.
+TEST(OpFixtures, OutputLayoutNeedsASequenceOutput) {
+  TempDir dir;
+  const auto c = run_ferry("convert " + shell_quote(kOps + "conv_gru_out_btf.pt") + " " + shell_quote(dir / "m.fb") +
+                               " --layout bft --graph 'conv(padding=1) > relu > gru > last' --output-layout btf",
+                           dir);
+  EXPECT_NE(c.status, 0);
+  EXPECT_NE(c.err.find("--output-layout: the model's output has no time axis"), std::string::npos) << c.err;
+  EXPECT_FALSE(std::ifstream(dir / "m.fb").good());
 }

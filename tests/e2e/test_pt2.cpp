@@ -190,6 +190,7 @@ INSTANTIATE_TEST_SUITE_P(Torch211, RealExport, ::testing::ValuesIn(kExports),
 struct Synthesized {
   std::string name, chain, layout;
   double tol = 1e-5;
+  std::string output_layout;  // where the graph returns its sequence in another layout
 };
 
 void PrintTo(const Synthesized& s, std::ostream* os) { *os << s.name; }
@@ -199,7 +200,7 @@ std::vector<Synthesized> synthesized() {
   std::vector<Synthesized> out;
   if (!in) return out;
   for (const auto& e : nlohmann::json::parse(in))
-    out.push_back({e.at("name"), e.at("chain"), e.at("layout"), e.at("tol")});
+    out.push_back({e.at("name"), e.at("chain"), e.at("layout"), e.at("tol"), e.value("output_layout", "")});
   return out;
 }
 
@@ -213,8 +214,14 @@ TEST_P(SynthesizedExport, ConvertsWithNoFlagsAndMatchesPyTorch) {
   const CommandResult c = run_ferry("convert " + shell_quote(dir_path + s.name + ".pt2") + " " + shell_quote(fb), dir);
   ASSERT_EQ(c.status, 0) << c.err << c.out;
   EXPECT_NE(c.out.find("graph    " + s.chain + "  (inferred)"), std::string::npos) << c.out;
-  const std::string layout = s.layout == "tbf" ? "time-major" : s.layout == "bft" ? "channels-first" : "batch-first";
-  EXPECT_NE(c.out.find("layout   " + layout), std::string::npos) << c.out;
+  const auto text = [](const std::string& l) {
+    return l == "tbf" ? "time-major" : l == "bft" ? "channels-first" : "batch-first";
+  };
+  EXPECT_NE(c.out.find("layout   " + std::string(text(s.layout))), std::string::npos) << c.out;
+  if (!s.output_layout.empty()) {
+    EXPECT_NE(c.out.find("; output " + std::string(text(s.output_layout))), std::string::npos) << c.out;
+    EXPECT_NE(c.out.find("(recorded in the file: the axes of its graph's output)"), std::string::npos) << c.out;
+  }
   const std::string io = " --input " + shell_quote(dir_path + s.name + ".x.npy") + " --quiet --output ";
   ASSERT_EQ(run_ferry("run " + shell_quote(fb) + io + shell_quote(dir / "whole.npy"), dir).status, 0);
   const CommandResult st = run_ferry("run " + shell_quote(fb) + io + shell_quote(dir / "stream.npy") + " --stream", dir);
@@ -232,7 +239,7 @@ INSTANTIATE_TEST_SUITE_P(Torch113, SynthesizedExport, ::testing::ValuesIn(synthe
 
 TEST(Pt2Export, FixturesArePresent) {
   // Guards against suites that silently run nothing.
-  EXPECT_EQ(synthesized().size(), 3u);
+  EXPECT_EQ(synthesized().size(), 4u);
   for (const Export& e : kExports) EXPECT_TRUE(std::filesystem::exists(kForms + e.name + ".pt2")) << e.name;
 }
 

@@ -32,15 +32,21 @@ inline bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) 
 // step's output for a model with `last`.
 // ferry_step (or, `tokens` set, ferry_step_tokens) one time step at a
 // time over an input in the model's layout ([T,B,F], [B,T,F] or [B,F,T];
-// token ids [T,B] or [B,T]), the output put together in that layout.
+// token ids [T,B] or [B,T]), the output put together in the output's
+// layout (info.output_layout).
 inline std::vector<float> step_through(ferry_session* s, const ferry_model_info& info, const float* x, size_t B,
                                        size_t T, const int32_t* tokens = nullptr) {
   const size_t I = info.input_size, F = info.output_size;
-  const auto at = [&info, B, T](size_t t, size_t n, size_t f, size_t width) {
-    return info.channels_first ? (n * width + f) * T + t
-         : info.batch_first    ? (n * T + t) * width + f
-                               : (t * B + n) * width + f;
+  const int input_layout = info.channels_first ? FERRY_LAYOUT_CHANNELS_FIRST
+                           : info.batch_first  ? FERRY_LAYOUT_BATCH_FIRST
+                                               : FERRY_LAYOUT_TIME_MAJOR;
+  const auto index = [B, T](int layout, size_t t, size_t n, size_t f, size_t width) {
+    return layout == FERRY_LAYOUT_CHANNELS_FIRST ? (n * width + f) * T + t
+         : layout == FERRY_LAYOUT_BATCH_FIRST    ? (n * T + t) * width + f
+                                                 : (t * B + n) * width + f;
   };
+  const auto at = [&](size_t t, size_t n, size_t f, size_t width) { return index(input_layout, t, n, f, width); };
+  const auto out_at = [&](size_t t, size_t n, size_t f) { return index(info.output_layout, t, n, f, F); };
   std::vector<float> xt(B * I), yt(B * F), y(info.output_is_sequence ? T * B * F : B * F);
   std::vector<int32_t> ids(B);
   for (size_t t = 0; t < T; ++t) {
@@ -54,7 +60,7 @@ inline std::vector<float> step_through(ferry_session* s, const ferry_model_info&
         << ferry_last_error();
     if (info.output_is_sequence) {
       for (size_t n = 0; n < B; ++n)
-        for (size_t f = 0; f < F; ++f) y[at(t, n, f, F)] = yt[n * F + f];
+        for (size_t f = 0; f < F; ++f) y[out_at(t, n, f)] = yt[n * F + f];
     } else if (t + 1 == T) {
       y = yt;
     }

@@ -62,6 +62,13 @@ inline std::vector<OpFixtureCase> op_fixture_cases(ferry::conv::DType dtype, std
     else if (has_graph) request.graph = e.at("graph").get<std::string>();
     request.layout = layout == "batch_first" ? Layout::kBatchFirst
                    : layout == "channels_first" ? Layout::kChannelsFirst : Layout::kTimeMajor;
+    // A state dict's sequence output in another layout: --output-layout (a
+    // TorchScript form's code says it).
+    const std::string out_layout = e.value("output_layout", std::string());
+    if (has_graph && !out_layout.empty()) {
+      request.output_layout = out_layout == "batch_first" ? Layout::kBatchFirst
+                            : out_layout == "channels_first" ? Layout::kChannelsFirst : Layout::kTimeMajor;
+    }
     if (e.contains("key") && e.at("key").is_string()) request.key = e.at("key").get<std::string>();
     request.selftest = SelfTestPolicy::Never;
     request.quantize.dtype = dtype;

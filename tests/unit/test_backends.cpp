@@ -32,6 +32,7 @@
 #include "convert.h"
 #include "compare.h"
 #include "op_fixtures.h"
+#include "random_models.h"
 #include "session.h"
 #include "error.h"
 #include "ferry/ferry.h"
@@ -989,6 +990,93 @@ TEST(Backends, Panel8SizeIsVerified) {
   ASSERT_TRUE(w_ih->mutate_layout(static_cast<ferry::fb::TensorLayout>(7)));
   EXPECT_EQ(ferry_model_load(bytes.data(), bytes.size(), nullptr, &model), FERRY_UNSUPPORTED);
   EXPECT_EQ(model, nullptr);
+}
+
+// A sequence output in another layout than the input's (Model.output_layout,
+// format 2): every CPU backend writes ferry_run's output in it, element for
+// element the reference's run of the same model without it (the input's
+// layout) re-indexed, with zeros past each sample's length in the output's
+// layout; ferry_step's [B,F] is unaffected, and steps put together in the
+// output's layout give the run's bits.
+TEST(Backends, OutputLayoutOnEveryCpuBackend) {
+  using ferry::test::LayerSpec;
+  using ferry::test::ModelSpec;
+  using ferry::test::Runner;
+  const Layout layouts[] = {Layout::kTimeMajor, Layout::kBatchFirst, Layout::kChannelsFirst};
+  const auto code = [](Layout l) {
+    return l == Layout::kChannelsFirst ? FERRY_LAYOUT_CHANNELS_FIRST
+           : l == Layout::kBatchFirst  ? FERRY_LAYOUT_BATCH_FIRST
+                                       : FERRY_LAYOUT_TIME_MAJOR;
+  };
+  const auto index = [](int layout, size_t t, size_t b, size_t f, size_t T, size_t B, size_t F) {
+    return layout == FERRY_LAYOUT_CHANNELS_FIRST ? (b * F + f) * T + t
+           : layout == FERRY_LAYOUT_BATCH_FIRST  ? (b * T + t) * F + f
+                                                 : (t * B + b) * F + f;
+  };
+  std::vector<ModelSpec> specs(3);
+  specs[0].input_size = 7;  // a one-layer GRU into a Linear: the last layer writes whole rows
+  specs[0].layers = {LayerSpec{LayerOp::GRU, 12}, LayerSpec{LayerOp::Linear, 5}};
+  specs[1].input_size = 9;  // two stacked LSTM layers last
+  specs[1].layers = {LayerSpec{LayerOp::LSTM, 10, 2}};
+  specs[2].input_size = 6;  // a GRU, then an activation in place
+  specs[2].layers = {LayerSpec{LayerOp::GRU, 9}, LayerSpec{LayerOp::Tanh}};
+  const size_t B = 3, T = 5;
+  const std::vector<int32_t> lengths = {5, 2, 4};
+  int runs = 0;
+  for (size_t si = 0; si < specs.size(); ++si) {
+    specs[si].seed = 700 + si;
+    for (Layout in : layouts) {
+      for (Layout out : layouts) {
+        SCOPED_TRACE("model " + std::to_string(si) + ", input layout " + std::to_string(code(in)) +
+                     ", output layout " + std::to_string(code(out)));
+        ModelPlan plan = ferry::test::make_plan(specs[si]);
+        plan.batch_first = in == Layout::kBatchFirst;
+        plan.channels_first = in == Layout::kChannelsFirst;
+        const std::vector<uint8_t> as_input = build_model(plan).to_vector();
+        plan.output_layout = out;
+        const std::vector<uint8_t> bytes = build_model(plan).to_vector();
+        EXPECT_EQ(ferry::fb::GetModel(bytes.data())->format_major(), out == in ? 1 : 2);
+        if (out == in) EXPECT_EQ(bytes, as_input) << "a file whose output keeps the input's layout is as before";
+        Runner ref(as_input, B, T);
+        ASSERT_EQ(ref.status(), FERRY_OK) << ref.last_error();
+        const size_t I = specs[si].input_size, F = ref.info().output_size;
+        std::vector<float> x(B * T * I);
+        for (size_t i = 0; i < x.size(); ++i) x[i] = ferry::test::uniform_pm1(31 + si, 0, i);
+        for (const bool padded : {false, true}) {
+          std::vector<float> base;
+          ASSERT_EQ(ferry_state_reset(ref.session()), FERRY_OK);  // every run below starts from zeros
+          ASSERT_EQ(ref.run(x, B, T, &base, padded ? lengths.data() : nullptr), FERRY_OK) << ferry_last_error();
+          std::vector<float> want(base.size());
+          for (size_t t = 0; t < T; ++t)
+            for (size_t b = 0; b < B; ++b)
+              for (size_t f = 0; f < F; ++f)
+                want[index(code(out), t, b, f, T, B, F)] = base[index(code(in), t, b, f, T, B, F)];
+          for (const ferry_backend backend :
+               {FERRY_BACKEND_REFERENCE, FERRY_BACKEND_SIMD, FERRY_BACKEND_XNNPACK, FERRY_BACKEND_AUTO}) {
+            Runner r(bytes, B, T, backend);
+            if (r.status() == FERRY_UNSUPPORTED) continue;  // not built, or not this CPU
+            ASSERT_EQ(r.status(), FERRY_OK) << r.last_error();
+            EXPECT_EQ(r.info().output_layout, code(out));
+            std::vector<float> got;
+            ASSERT_EQ(r.run(x, B, T, &got, padded ? lengths.data() : nullptr), FERRY_OK) << ferry_last_error();
+            if (backend == FERRY_BACKEND_REFERENCE) {
+              EXPECT_TRUE(bit_equal(got, want)) << "reference";
+            } else {
+              EXPECT_LE(max_abs_diff(got, want), 1e-5) << ferry_backend_name(backend);
+            }
+            if (!padded && backend != FERRY_BACKEND_XNNPACK) {
+              Runner stream(bytes, B, 1, backend);
+              ASSERT_EQ(stream.status(), FERRY_OK) << stream.last_error();
+              EXPECT_TRUE(bit_equal(ferry::test::step_through(stream.session(), stream.info(), x.data(), B, T), got))
+                  << ferry_backend_name(backend) << ": steps in the output's layout vs run";
+            }
+            ++runs;
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GE(runs, 2 * 3 * 9 * 2);
 }
 
 }  // namespace

@@ -1095,12 +1095,13 @@ std::vector<float> reference_output(Runner& r, const std::vector<float>& input, 
 }
 
 // ferry_step on the emulated device, one step at a time, the input taken
-// apart and the output put together in the model's layout (floats or
+// apart and the output put together in the model's layouts (floats or
 // token ids): what a streaming caller does.
 std::vector<float> emulated_steps(EmulatedSession& s, const ferry_model* m, const std::vector<float>& input,
                                   const std::vector<int32_t>& tokens, size_t B, size_t T) {
   const size_t I = m->input_size, F = m->output_size;
   const int32_t layout = m->channels_first ? fc::kChannelsFirst : m->batch_first ? fc::kBatchFirst : fc::kTimeMajor;
+  const int32_t out_layout = m->output_layout;  // ferry_layout's values are IoLayout's
   std::vector<float> out(m->output_is_sequence ? T * B * F : B * F), x(B * I), y;
   std::vector<int32_t> ids(B);
   for (size_t t = 0; t < T; ++t) {
@@ -1117,9 +1118,60 @@ std::vector<float> emulated_steps(EmulatedSession& s, const ferry_model* m, cons
       continue;
     }
     for (size_t b = 0; b < B; ++b)
-      for (size_t f = 0; f < F; ++f) out[fc::io_index(layout, t, b, f, T, B, F)] = y[b * F + f];
+      for (size_t f = 0; f < F; ++f) out[fc::io_index(out_layout, t, b, f, T, B, F)] = y[b * F + f];
   }
   return out;
+}
+
+// A sequence output in another layout than the input's (Model.output_layout):
+// the emulated device writes it (both I/O paths, with and without lengths),
+// the reference backend's output bit for bit up to the kernels' 1e-5, and
+// its steps put together in the output's layout are its run's bits.
+TEST(CudaHost, OutputLayoutIsWritten) {
+  using ferry::conv::Layout;
+  ModelSpec spec;
+  spec.input_size = 7;
+  spec.layers = {LayerSpec{L::GRU, 12}, LayerSpec{L::Linear, 5}};
+  spec.seed = 77;
+  const size_t B = 3, T = 6;
+  const std::vector<int32_t> lengths = {6, 3, 5};
+  int checked = 0;
+  for (const Layout in : {Layout::kTimeMajor, Layout::kBatchFirst, Layout::kChannelsFirst}) {
+    for (const Layout out : {Layout::kTimeMajor, Layout::kBatchFirst, Layout::kChannelsFirst}) {
+      if (in == out) continue;
+      ferry::conv::ModelPlan plan = ferry::test::make_plan(spec);
+      plan.batch_first = in == Layout::kBatchFirst;
+      plan.channels_first = in == Layout::kChannelsFirst;
+      plan.output_layout = out;
+      Runner ref(ferry::conv::build_model(plan).to_vector(), B, T, FERRY_BACKEND_REFERENCE);
+      ASSERT_EQ(ref.status(), FERRY_OK) << ref.last_error();
+      const ferry_model* m = ref.model();
+      ASSERT_NE(m->output_layout, m->channels_first ? FERRY_LAYOUT_CHANNELS_FIRST
+                                  : m->batch_first  ? FERRY_LAYOUT_BATCH_FIRST
+                                                    : FERRY_LAYOUT_TIME_MAJOR);
+      std::vector<float> x(B * T * spec.input_size);
+      for (size_t i = 0; i < x.size(); ++i) x[i] = ferry::test::uniform_pm1(5, 0, i);
+      for (const bool padded : {false, true}) {
+        const std::vector<int32_t> l = padded ? lengths : std::vector<int32_t>{};
+        std::vector<float> want;
+        ASSERT_EQ(ferry_state_reset(ref.session()), FERRY_OK);  // each session below starts from zeros
+        ASSERT_EQ(ref.run(x, B, T, &want, padded ? lengths.data() : nullptr), FERRY_OK);
+        for (const bool zero_copy : {false, true}) {
+          EmulatedSession s(m, B, T, zero_copy ? orin() : h100(), zero_copy);
+          ASSERT_EQ(s.status(), FERRY_OK) << ferry_last_error();
+          std::vector<float> got;
+          ASSERT_EQ(s.run(x, B, T, l, &got), FERRY_OK) << ferry_last_error();
+          EXPECT_LE(max_abs_diff(got, want), 1e-5);
+          if (!padded) {
+            EmulatedSession stream(m, B, 1, orin(), true);
+            EXPECT_TRUE(bit_equal(got, emulated_steps(stream, m, x, {}, B, T))) << "step vs run";
+          }
+          ++checked;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(checked, 6 * 2 * 2);
 }
 
 // Every PyTorch op fixture (every op of the graph syntax: Conv1d with every

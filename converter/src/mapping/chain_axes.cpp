@@ -1,5 +1,7 @@
 #include "mapping/chain_axes.h"
 
+#include <algorithm>
+#include <iterator>
 #include <utility>
 
 namespace ferry::conv {
@@ -57,9 +59,29 @@ bool ChainAxes::require_same(const Axes& a, const Axes& b) {
 bool ChainAxes::require_output(const Axes& v) {
   for (unsigned c = 0; c < kInputLayouts; ++c) {
     const std::string& s = v.under[c];
-    if (s.empty() || (s != kLayoutAxes[c] && s != "BF")) possible_ &= ~(1u << c);
+    if (s.empty() || std::find(std::begin(kLayoutAxes), std::end(kLayoutAxes), s) == std::end(kLayoutAxes))
+      possible_ &= ~(1u << c);
   }
   return possible_ != 0;
+}
+
+bool ChainAxes::output_layout(const Axes& v, std::optional<InputLayout>* result) const {
+  // Under each layout still possible: the returned axes, unless the input's.
+  std::optional<std::optional<InputLayout>> answer;
+  bool differ = false;
+  for (unsigned c = 0; c < kInputLayouts; ++c) {
+    if (!(possible_ & (1u << c))) continue;
+    const std::string& s = v.under[c];
+    std::optional<InputLayout> out;
+    if (s != kLayoutAxes[c] && s != "BF") {
+      for (unsigned o = 0; o < kInputLayouts; ++o)
+        if (s == kLayoutAxes[o]) out = static_cast<InputLayout>(o);
+    }
+    differ = differ || (answer && *answer != out);
+    answer = out;
+  }
+  *result = answer ? *answer : std::nullopt;
+  return !differ;
 }
 
 Axes ChainAxes::transpose(const Axes& v, long d0, long d1) {

@@ -15,7 +15,8 @@
 // something ferry does not run (a Linear over the time axis): refused.
 //
 // ferry keeps one layout inside a model, so the transposes themselves are
-// not layers: they only decide which input layout the chain needs.
+// not layers: they only decide which input layout the chain needs, and in
+// which layout the returned sequence comes out.
 #pragma once
 
 #include <array>
@@ -51,9 +52,15 @@ class ChainAxes {
   bool require_features_last(const Axes& v) { return require_axis(v, -1, 'F'); }
   // `a` and `b` have the same axes (an elementwise add).
   bool require_same(const Axes& a, const Axes& b);
-  // A returned value: a sequence comes out in the input's layout, or it has
-  // no time axis left.
+  // A returned value: a sequence in one of the layouts ([B, T, F], [T, B, F],
+  // [B, F, T]; the input's or, after a transpose, another), or it has no
+  // time axis left.
   bool require_output(const Axes& v);
+  // The layout of a returned sequence `v` (require_output holds) where it is
+  // not the input's, into `out`: nullopt where it is, or where `v` has no
+  // time axis. False where the layouts still possible give different answers
+  // (the code transposes its output but does not say its input's layout).
+  bool output_layout(const Axes& v, std::optional<InputLayout>* out) const;
   // Keeps only the layouts in `mask` (bits of possible(): a branch taken
   // under those layouts only).
   bool restrict_to(unsigned mask) {

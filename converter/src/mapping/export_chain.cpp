@@ -82,6 +82,7 @@ class Reader {
     const Val& out = output();
     ExportChain r;
     r.layout = resolve_layout(out);
+    r.output_layout = output_layout_;
     r.graph = format_graph(out.chain);
     r.notes = std::move(notes_);
     return r;
@@ -881,8 +882,9 @@ class Reader {
          (tokens_ ? "token ids [B, T] or [T, B]" : rank == 2 ? "[B, F]" : "[B, T, F], [T, B, F] or [B, F, T]"));
   }
 
-  // The output's axes: [B, F] once the time axis is gone, else the input's
-  // own layout (ferry's sequence output keeps it).
+  // The output's axes: [B, F] once the time axis is gone, else a sequence
+  // layout: the input's own, or another (a transpose before the return),
+  // recorded in output_layout_.
   void output_axes(const Val& out, const std::vector<Role>& input) {
     std::vector<Role> got;
     bool unit = false;
@@ -895,12 +897,15 @@ class Reader {
     std::vector<Role> want = input;
     if (tokens_) want.push_back(kF);
     const bool pooled = got == std::vector<Role>{kB, kF};
-    if (!pooled && got != want) {
-      std::string g, w;
+    if (pooled || got == want) return;
+    if (got == std::vector<Role>{kB, kT, kF}) output_layout_ = ExportInputLayout::kBatchFirst;
+    else if (got == std::vector<Role>{kT, kB, kF}) output_layout_ = ExportInputLayout::kTimeMajor;
+    else if (got == std::vector<Role>{kB, kF, kT}) output_layout_ = ExportInputLayout::kChannelsFirst;
+    else {
+      std::string g;
       for (Role r : got) g += (g.empty() ? "" : ", ") + std::string(role_name(r));
-      for (Role r : want) w += (w.empty() ? "" : ", ") + std::string(role_name(r));
-      fail("the graph returns [" + g + "]; ferry's output is [batch, feature], or a sequence in the input's own "
-           "layout [" + w + "]");
+      fail("the graph returns [" + g + "]; ferry's output is [batch, feature], or a sequence [batch, time, "
+           "feature], [time, batch, feature] or [batch, feature, time]");
     }
   }
 
@@ -914,6 +919,7 @@ class Reader {
   size_t work_ = 0;
   bool tokens_ = false;
   std::vector<std::string> notes_;
+  std::optional<ExportInputLayout> output_layout_;  // a sequence output's, where not the input's
 };
 
 const Reader::Rule Reader::kRules[] = {

@@ -19,7 +19,9 @@
 // axis add no element: ferry keeps one layout inside. The axes are tracked
 // through them: each op says which axis it works on (an RNN's batch_first,
 // a conv's [B, C, T], a select's dim), which fixes where the input keeps its
-// batch, time and feature axes, hence the input layout (btf / tbf / bft).
+// batch, time and feature axes, hence the input layout (btf / tbf / bft),
+// and the axes of the returned value give the output's layout (a GRU's
+// [B, T, F] returned from a [B, F, T] input: the output layout btf).
 // Module options (batch_first, strides, eps) are the Checkpoint attributes
 // the reader recorded from the same op arguments; activation options
 // (slopes, bounds) are written into the chain.
@@ -30,6 +32,7 @@
 // is refused saying so.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -48,6 +51,9 @@ enum class ExportInputLayout {
 struct ExportChain {
   std::string graph;  // the chain, in --graph syntax
   ExportInputLayout layout = ExportInputLayout::kNone;
+  // A sequence output's layout where it is not the input's (a permute or
+  // transpose between the last layer and the return); nullopt otherwise.
+  std::optional<ExportInputLayout> output_layout;
   std::vector<std::string> notes;  // assumptions the user should know
 };
 

@@ -182,10 +182,13 @@ class Reader {
     if (!out.hidden.empty()) fail("forward returns the final state h_n of '" + shown(out.hidden) + "' as a whole");
     if (!out.chain) fail("forward returns its input");
     if (!axes_.require_output(out.axes)) {
-      fail("forward returns a sequence whose axes are not in the input's order (ferry writes a sequence in its "
-           "input's layout)");
+      fail("forward returns a sequence whose axes are not [B, T, F], [T, B, F] or [B, F, T]");
     }
     RecordedChain r;
+    if (!axes_.output_layout(out.axes, &r.output_layout)) {
+      fail("forward returns its sequence transposed, and nothing in it says whether its input is " +
+           layouts_text(axes_.possible()) + ": pass --graph, --layout and --output-layout");
+    }
     r.graph = format_graph(elements_of(out.chain));
     r.layout = axes_.decided();
     r.notes = std::move(notes);

@@ -27,8 +27,9 @@
 // torch.nn.functional forms), the last step (torch.select(x, t, -1), x[:, -1],
 // h_n[-1], h_n.squeeze(0)), mean / amax / max over time, full slices,
 // transposes and permutes (mapping/chain_axes.h: they decide the input
-// layout), and `torch.add(y, x)` where x is an earlier value of y's chain (a
-// residual skip). Zeros as initial states. Calls that only read shapes
+// layout, and the output's where the result is returned transposed), and
+// `torch.add(y, x)` where x is an earlier value of y's chain (a residual
+// skip). Zeros as initial states. Calls that only read shapes
 // (torch.size, int, ...) are ignored until their result is used.
 //
 // A loop or branch, any other call on a chain value, an initial state that
@@ -56,6 +57,9 @@ namespace ferry::conv {
 struct RecordedChain {
   std::string graph;  // in --graph syntax
   std::optional<InputLayout> layout;
+  // A sequence output's layout where it is not the input's (the forward
+  // transposes its result); nullopt otherwise (an nn.Sequential's always).
+  std::optional<InputLayout> output_layout;
   std::vector<std::string> notes;  // what the chain leaves out of the forward's result
 };
 

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -133,6 +134,9 @@ struct QuantizationPlan {
   std::vector<RoundingReport> roundings;
 };
 
+// Where a sequence's time axis is (--layout, --output-layout).
+enum class Layout { kBatchFirst, kTimeMajor, kChannelsFirst };  // btf, tbf, bft
+
 struct ModelPlan {
   std::vector<LayerPlan> layers;
   std::vector<TensorPlan> tensors;
@@ -141,7 +145,10 @@ struct ModelPlan {
   uint32_t input_size = 0;
   uint32_t output_size = 0;
   bool output_is_sequence = false;
-  bool channels_first = false;   // [B,F,T] input and sequence output
+  bool channels_first = false;   // [B,F,T] input (and, unless output_layout says otherwise, sequence output)
+  // A sequence output's layout where it is not the input's (the model
+  // returns its sequence transposed): the file is then format 2.
+  std::optional<Layout> output_layout;
   bool time_axis = false;        // written only where no layer implies it (a per-step Linear chain)
   bool input_is_tokens = false;  // int32 token ids into a first Embedding
   // Provenance.
@@ -154,5 +161,11 @@ struct ModelPlan {
   SelfTestPlan selftest;  // written when batch > 0
   QuantizationPlan quantization;  // written when requested is set
 };
+
+// The input's layout, and a sequence output's (the input's unless set).
+inline Layout input_layout(const ModelPlan& plan) {
+  return plan.channels_first ? Layout::kChannelsFirst : plan.batch_first ? Layout::kBatchFirst : Layout::kTimeMajor;
+}
+inline Layout output_layout(const ModelPlan& plan) { return plan.output_layout.value_or(input_layout(plan)); }
 
 }  // namespace ferry::conv

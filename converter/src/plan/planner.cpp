@@ -761,6 +761,18 @@ PlanResult plan_conversion(const Checkpoint& checkpoint, const ModuleSet& module
   if (plan.channels_first && plan.input_is_tokens) {
     throw Error("--layout bft: a model taking token ids has no channel axis (use btf or tbf)");
   }
+  // A sequence output's layout: the flag, else the file's record, else the input's.
+  if (options.output_layout && !plan.output_is_sequence) {
+    throw Error("--output-layout: the model's output has no time axis ([B, F]: the chain ends in last, mean or "
+                "max, or has no time axis at all)");
+  }
+  const std::optional<Layout> out_layout = options.output_layout ? options.output_layout
+                                           : plan.output_is_sequence ? options.recorded_output_layout
+                                                                     : std::nullopt;
+  if (out_layout && *out_layout != input_layout(plan)) {
+    plan.output_layout = out_layout;
+    r.output_layout_source = options.output_layout ? "--output-layout" : options.recorded_output_layout_source;
+  }
   r.graph = format_graph(chain);
 
   // Coverage: every tensor is used or listed as ignored with its reason.

@@ -16,9 +16,6 @@
 
 namespace ferry::conv {
 
-// --layout: where the time axis is, when the checkpoint cannot say.
-enum class Layout { kBatchFirst, kTimeMajor, kChannelsFirst };  // btf, tbf, bft
-
 struct PlanOptions {
   std::optional<std::string> graph;      // --graph; inferred when absent
   std::optional<std::string> inferred_graph;  // a chain read from the file (TorchScript forward)
@@ -32,6 +29,13 @@ struct PlanOptions {
   // source, for the report.
   std::optional<Layout> recorded_layout;
   std::string recorded_layout_source;
+  // A sequence output's layout (plan.output_layout): --output-layout, else
+  // what the file records (the axes at a .pt2 graph's or a TorchScript
+  // forward's return, after its transposes; unset where it returns its
+  // sequence in its input's layout), else the input's.
+  std::optional<Layout> output_layout;
+  std::optional<Layout> recorded_output_layout;
+  std::string recorded_output_layout_source;
 };
 
 struct PlanResult {
@@ -39,6 +43,7 @@ struct PlanResult {
   std::string graph;               // the chain used, in --graph syntax
   bool graph_inferred = false;
   std::string batch_first_source;  // "--batch-first", "recorded in the file", "PyTorch default ..."
+  std::string output_layout_source;  // "--output-layout", the recorded source; empty: the input's
   std::vector<std::string> notes;  // things the user should know (assumptions)
 };
 

@@ -43,9 +43,22 @@ fb::TensorLayout stored_layout(StoredForm::Layout l) {
   }
 }
 
-// The format minor a file needs: 1.3 only for quantized weights, so that an
-// f32 conversion stays byte-identical to (and as readable as) a 1.2 file.
-constexpr uint16_t kMinorWithoutQuantization = 2;
+// The format a file needs: 1.3 only for quantized weights, so that an f32
+// conversion stays byte-identical to (and as readable as) a 1.2 file; 2.0
+// only where a sequence output's layout is not the input's, which a 1.x
+// reader would misread (schema/ferry.fbs).
+constexpr uint16_t kMajorSameLayout = 1, kMinorQuantized = 3, kMinorWithoutQuantization = 2;
+static_assert(FERRY_FORMAT_MAJOR == 2 && FERRY_FORMAT_MINOR == 0, "the formats the writer chooses from");
+
+fb::IoLayout stored_output_layout(const ModelPlan& plan) {
+  if (!plan.output_is_sequence || output_layout(plan) == input_layout(plan)) return fb::IoLayout::AsInput;
+  switch (output_layout(plan)) {
+    case Layout::kTimeMajor: return fb::IoLayout::TimeMajor;
+    case Layout::kBatchFirst: return fb::IoLayout::BatchFirst;
+    case Layout::kChannelsFirst: return fb::IoLayout::ChannelsFirst;
+  }
+  return fb::IoLayout::AsInput;
+}
 
 flatbuffers::Offset<fb::ErrorStats> error_stats(flatbuffers::FlatBufferBuilder& fbb, const ErrorStatsPlan& e) {
   return fb::CreateErrorStats(fbb, fbb.CreateString(e.name), stored_dtype(e.dtype), e.max_abs, e.rms, e.cosine);
@@ -134,8 +147,15 @@ EncodedModel encode_model(const ModelPlan& plan, const std::vector<StoredForm>& 
                                   fbb.CreateVector(st.output), st.tolerance);
   }
   fb::ModelBuilder mb(fbb);
-  mb.add_format_major(FERRY_FORMAT_MAJOR);
-  mb.add_format_minor(quantized || !quantization.IsNull() ? FERRY_FORMAT_MINOR : kMinorWithoutQuantization);
+  const fb::IoLayout out_layout = stored_output_layout(plan);
+  if (out_layout != fb::IoLayout::AsInput) {
+    mb.add_format_major(FERRY_FORMAT_MAJOR);
+    mb.add_format_minor(FERRY_FORMAT_MINOR);
+    mb.add_output_layout(out_layout);
+  } else {
+    mb.add_format_major(kMajorSameLayout);
+    mb.add_format_minor(quantized || !quantization.IsNull() ? kMinorQuantized : kMinorWithoutQuantization);
+  }
   mb.add_layers(fbb.CreateVector(layers));
   mb.add_tensors(fbb.CreateVector(tensors));
   mb.add_weights(flatbuffers::Offset<flatbuffers::Vector<uint8_t>>(weights));

@@ -62,8 +62,11 @@ const char* ferry_last_error(void);
 
 /* Version of the library ("0.1.0") and of the model format it reads. */
 const char* ferry_version(void);
-#define FERRY_FORMAT_MAJOR 1
-#define FERRY_FORMAT_MINOR 3
+/* It reads every format 1.x and 2.x file (2.x: a sequence output in another
+ * layout than the input's, schema/ferry.fbs). */
+#define FERRY_FORMAT_MAJOR 2
+#define FERRY_FORMAT_MINOR 0
+#define FERRY_FORMAT_MAJOR_OLDEST 1
 
 /* Arena and handle memory must be aligned to this many bytes. */
 #define FERRY_ALIGNMENT 64
@@ -94,22 +97,36 @@ ferry_status ferry_model_load(const void* data, size_t size,
 /* Releases the handle (if ferry_model_load allocated it). NULL is a no-op. */
 void ferry_model_free(ferry_model* model);
 
+/* Where a sequence's axes are: the input's layout, and the output's
+ * (ferry_model_info.output_layout). */
+typedef enum ferry_layout {
+  FERRY_LAYOUT_TIME_MAJOR = 0,     /* [T,B,F] */
+  FERRY_LAYOUT_BATCH_FIRST = 1,    /* [B,T,F] */
+  FERRY_LAYOUT_CHANNELS_FIRST = 2, /* [B,F,T] (what nn.Conv1d takes) */
+} ferry_layout;
+
 typedef struct ferry_model_info {
   size_t struct_size;      /* set by the caller: sizeof(ferry_model_info) */
   size_t input_size;       /* features per time step */
   size_t output_size;      /* features of the output */
-  int batch_first;         /* 1: [B,T,F] input and output; 0: [T,B,F] */
+  int batch_first;         /* 1: [B,T,F] input (and output, see output_layout); 0: [T,B,F] */
   int output_is_sequence;  /* 0 when the chain contains `last`: output [B,F] */
   int has_time_axis;       /* 0 for a Linear-only model: input [B,F] */
   int streamable;          /* 1 if ferry_step is supported (no bidirectional, convs causal) */
   size_t num_layers;       /* elements of the chain */
   size_t state_floats;     /* floats of recurrent state per batch sample */
   /* (0.2) Filled when struct_size covers them. */
-  int channels_first;      /* 1: [B,F,T] input and sequence output (what nn.Conv1d takes) */
+  int channels_first;      /* 1: [B,F,T] input (and sequence output, see output_layout)
+                              (what nn.Conv1d takes) */
   int input_is_tokens;     /* 1: int32 token ids, ferry_run_tokens / ferry_step_tokens */
   /* (0.3) Filled when struct_size covers it. */
   size_t min_seq;          /* fewest steps ferry_run accepts: a Conv1d without enough
                               padding needs its kernel span (1 for other models) */
+  /* (0.4) Filled when struct_size covers it. */
+  int output_layout;       /* ferry_layout of ferry_run's output when output_is_sequence:
+                              the input's (batch_first / channels_first) unless the model
+                              returns its sequence transposed ([B,F,T] in, [B,T,F] out).
+                              A [B,F] output (and ferry_step's) has no time axis. */
 } ferry_model_info;
 
 ferry_status ferry_model_get_info(const ferry_model* model, ferry_model_info* info_out);
@@ -307,7 +324,8 @@ ferry_status ferry_session_release(ferry_session* session);
  * session's state and leaves the final state there (call ferry_state_reset
  * between independent sequences). `output` receives
  * ferry_output_floats(batch, seq) floats; `output_capacity` is its size in
- * floats. */
+ * floats. A sequence output is in ferry_model_info.output_layout (the
+ * input's layout, unless the model returns its sequence transposed). */
 ferry_status ferry_run(ferry_session* session, const float* input,
                        size_t batch, size_t seq, const int32_t* lengths,
                        float* output, size_t output_capacity);

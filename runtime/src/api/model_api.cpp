@@ -87,5 +87,8 @@ extern "C" ferry_status ferry_model_get_info(const ferry_model* model, ferry_mod
   if (info->struct_size >= offsetof(ferry_model_info, min_seq) + sizeof(size_t)) {
     info->min_seq = min_input_steps(model);
   }
+  if (info->struct_size >= offsetof(ferry_model_info, output_layout) + sizeof(int)) {
+    info->output_layout = model->output_layout;
+  }
   return FERRY_OK;
 }

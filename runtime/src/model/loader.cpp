@@ -487,9 +487,9 @@ struct Loader {
   }
 
   ferry_status build() {
-    if (m->format_major() != FERRY_FORMAT_MAJOR) {
-      return fail(FERRY_UNSUPPORTED, "format_major %u: this runtime reads format %d.x",
-                  m->format_major(), FERRY_FORMAT_MAJOR);
+    if (m->format_major() < FERRY_FORMAT_MAJOR_OLDEST || m->format_major() > FERRY_FORMAT_MAJOR) {
+      return fail(FERRY_UNSUPPORTED, "format_major %u: this runtime reads formats %d.x to %d.x",
+                  m->format_major(), FERRY_FORMAT_MAJOR_OLDEST, FERRY_FORMAT_MAJOR);
     }
     const auto* blob = m->weights();
     if (blob && (blob->data() - bytes) % FERRY_ALIGNMENT != 0) {
@@ -657,10 +657,36 @@ struct Loader {
       return fail(FERRY_INVALID_MODEL, "output_is_sequence is %d, the chain gives %d",
                   m->output_is_sequence() ? 1 : 0, seq_out ? 1 : 0);
     }
+    const ferry_status layout_status = output_layout(seq_out);
+    if (layout_status != FERRY_OK) return layout_status;
     out->num_layers = n;
     out->output_size = width;
     out->has_time_axis = time_axis;
     out->output_is_sequence = seq_out;
+    return FERRY_OK;
+  }
+
+  // Model.output_layout: a known value, set only on a sequence output and
+  // only in a format 2 file (a 1.x reader would write the input's layout).
+  ferry_status output_layout(bool seq_out) {
+    const ferry_layout input = out->channels_first ? FERRY_LAYOUT_CHANNELS_FIRST
+                               : out->batch_first  ? FERRY_LAYOUT_BATCH_FIRST
+                                                   : FERRY_LAYOUT_TIME_MAJOR;
+    out->output_layout = input;
+    const fb::IoLayout v = m->output_layout();
+    if (v == fb::IoLayout::AsInput) return FERRY_OK;
+    if (v > fb::IoLayout::MAX) {
+      return fail(FERRY_UNSUPPORTED, "output_layout: unknown value %u (a newer format?)", static_cast<unsigned>(v));
+    }
+    if (m->format_major() < 2) {
+      return fail(FERRY_INVALID_MODEL, "output_layout %s in a format %u.x file: only format 2 records one",
+                  fb::EnumNameIoLayout(v), m->format_major());
+    }
+    if (!seq_out) {
+      return fail(FERRY_INVALID_MODEL, "output_layout %s: the output has no time axis ([B,F])",
+                  fb::EnumNameIoLayout(v));
+    }
+    out->output_layout = static_cast<ferry_layout>(static_cast<int>(v) - 1);
     return FERRY_OK;
   }
 };
@@ -686,6 +712,10 @@ static_assert(static_cast<int>(fb::LayerKind::LogSoftmax) == static_cast<int>(Op
 static_assert(static_cast<int>(fb::LayerKind::Embedding) == static_cast<int>(Op::kEmbedding), "enum");
 static_assert(static_cast<int>(fb::LayerKind::Add) == static_cast<int>(Op::kAdd), "enum");
 static_assert(static_cast<int>(fb::LayerKind::MAX) == static_cast<int>(Op::kAdd), "enum");
+static_assert(static_cast<int>(fb::IoLayout::TimeMajor) - 1 == FERRY_LAYOUT_TIME_MAJOR, "enum");
+static_assert(static_cast<int>(fb::IoLayout::BatchFirst) - 1 == FERRY_LAYOUT_BATCH_FIRST, "enum");
+static_assert(static_cast<int>(fb::IoLayout::ChannelsFirst) - 1 == FERRY_LAYOUT_CHANNELS_FIRST, "enum");
+static_assert(fb::IoLayout::MAX == fb::IoLayout::ChannelsFirst, "enum");
 static_assert(static_cast<int>(fb::PaddingMode::Replicate) == static_cast<int>(PaddingMode::kReplicate), "enum");
 
 }  // namespace

@@ -140,6 +140,10 @@ struct ferry_model {
   bool input_is_tokens = false; // int32 token ids; the first layer is an Embedding
   bool has_time_axis = false;   // a recurrent / conv / pooling layer, or Model.time_axis
   bool output_is_sequence = false;
+  // A sequence output's layout: the input's unless the file says otherwise
+  // (Model.output_layout, format 2). ferry_run writes it; ferry_step's
+  // [B,F] is unaffected.
+  ferry_layout output_layout = FERRY_LAYOUT_TIME_MAJOR;
   bool streamable = true;       // no bidirectional layer, every Conv1d causal
   uint32_t unstreamable_layer = 0;  // the first layer that makes it not streamable
   bool lengths_ok = true;       // no Conv1d changes the number of steps

@@ -2,7 +2,8 @@
 // one time step: [B,1,I] and [1,B,I] are the same bytes). The input is
 // brought to time-major [T][B][F] in the first activation buffer; each layer
 // reads one buffer and writes the other (or works in place); the result goes
-// back to the model's layout, with zeros past each sample's length.
+// out in the output's layout (the input's, or Model.output_layout), with
+// zeros past each sample's length.
 #include <string.h>
 
 #include "backend/cpu/cpu_backend.h"
@@ -76,6 +77,7 @@ ferry_status execute(ferry_session* s, const RunCall& call) {
   // run most exposed to what the other cores do with the shared cache. Not
   // where the caller's output overlaps the input that layer reads.
   const uint32_t last = m->num_layers - 1;
+  const bool time_major_out = !m->output_is_sequence || m->output_layout == FERRY_LAYOUT_TIME_MAJOR;
 
   size_t steps = T;  // time steps in `cur`; 1 after `last` / pooling
   const float* input = call.input;
@@ -83,7 +85,7 @@ ferry_status execute(ferry_session* s, const RunCall& call) {
     if (other == input) other = cur == cpu->act[0] ? cpu->act[1] : cpu->act[0];
     const Layer& layer = m->layers[li];
     if (li == last && writes_rows_only(layer) &&
-        !(m->output_is_sequence && (m->channels_first || m->batch_first) && steps > 1) &&
+        (time_major_out || steps <= 1) &&
         !overlap(cur, steps * B * layer.in * sizeof(float), call.output, steps * B * layer.out * sizeof(float))) {
       other = call.output;  // the layer keeps `steps`: the copy at the end would be a plain memcpy
     }
@@ -150,12 +152,12 @@ ferry_status execute(ferry_session* s, const RunCall& call) {
     for (size_t b = 0; b < B; ++b)
       for (size_t t = static_cast<size_t>(lengths[b]); t < steps; ++t) memset(cur + (t * B + b) * F, 0, F * sizeof(float));
   }
-  // Time-major [T][B][F] back to the model's layout.
-  if (m->output_is_sequence && m->channels_first && steps > 1) {
+  // Time-major [T][B][F] out in the output's layout.
+  if (!time_major_out && m->output_layout == FERRY_LAYOUT_CHANNELS_FIRST && steps > 1) {
     for (size_t b = 0; b < B; ++b)
       for (size_t f = 0; f < F; ++f)
         for (size_t t = 0; t < steps; ++t) call.output[(b * F + f) * steps + t] = cur[(t * B + b) * F + f];
-  } else if (m->output_is_sequence && m->batch_first && steps > 1) {
+  } else if (!time_major_out && m->output_layout == FERRY_LAYOUT_BATCH_FIRST && steps > 1) {
     for (size_t b = 0; b < B; ++b)
       for (size_t t = 0; t < steps; ++t) memcpy(call.output + (b * steps + t) * F, cur + (t * B + b) * F, F * sizeof(float));
   } else if (cur != call.output) {

@@ -61,9 +61,17 @@ ferry_status product(const ExecState& x, const DeviceOps& ops, void* ctx, const 
   return ops.gemm(ctx, g);
 }
 
-// The layout of the model's input (and of a sequence output).
+// The layout of the model's input.
 int32_t io_layout(const ferry_model* m) {
   return m->channels_first ? kChannelsFirst : m->batch_first ? kBatchFirst : kTimeMajor;
+}
+
+// The layout of a sequence output (the input's, or Model.output_layout).
+int32_t output_layout(const ferry_model* m) {
+  static_assert(int{FERRY_LAYOUT_TIME_MAJOR} == int{kTimeMajor} && int{FERRY_LAYOUT_BATCH_FIRST} == int{kBatchFirst} &&
+                    int{FERRY_LAYOUT_CHANNELS_FIRST} == int{kChannelsFirst},
+                "ferry_layout and IoLayout");
+  return m->output_layout;
 }
 
 // A Conv1d layer's arguments (in -> out, `steps` input steps).
@@ -405,7 +413,7 @@ ferry_status execute(ExecState& x, const DeviceOps& ops, void* ctx, const RunCal
     if (st != FERRY_OK) return st;
   }
 
-  // 4. Output in the model's layout, zeros past each sample's length.
+  // 4. Output in the output's layout, zeros past each sample's length.
   const uint32_t ai = act_index_before(m, m->num_layers);
   float* result = act(x, ai);
   const size_t F = m->output_size;
@@ -416,7 +424,7 @@ ferry_status execute(ExecState& x, const DeviceOps& ops, void* ctx, const RunCal
   e.steps = static_cast<int64_t>(steps);
   e.batch = static_cast<int64_t>(B);
   e.features = static_cast<int64_t>(F);
-  e.layout = sequence && steps > 1 ? layout : kTimeMajor;
+  e.layout = sequence && steps > 1 ? output_layout(m) : kTimeMajor;
   e.lengths = sequence ? lengths : nullptr;
   if (x.zero_copy) {
     e.dst = reinterpret_cast<float*>(x.staging_device + x.host.output);
