@@ -880,8 +880,9 @@ def numpy_entries():
 
 def other_format_entries():
     ckpt("empty.pt", b"", "empty file", "zero bytes")
-    ckpt("tar_format.pt", b"\0" * 257 + b"ustar" + b"\0" * 250, "pre-0.3 PyTorch tar format",
-         "the ancient tar container")
+    ckpt("tar_format.pt", b"\0" * 257 + b"ustar" + b"\0" * 250,
+         "tar header at byte 0: bad header checksum (not a PyTorch 0.1-0.2 tar archive",
+         "the ancient tar container, its header all zeros but the magic")
     ckpt("preview_2018.pt", b"PYTORCH1" + b"\0" * 32, "'PYTORCH1' preview format",
          "the 2018 preview magic")
     ckpt("plain_pickle.pt", b"\x80\x02cposix\nsystem\nX\x02\x00\x00\x00ls\x85R.",
@@ -995,6 +996,295 @@ def legacy_entries():
     body = P().proto(2).glob("posix", "system").str("touch /tmp/ferry_pwned").op(0x85, b"R").stop().b
     ckpt("legacy_posix_system.pt", legacy_stream(main_pickle=bytes(body)), "refused global 'posix.system'",
          "the main pickle of a legacy file calls posix.system")
+
+
+def thnn_module(p, backend=None, children=(), params=(), memo_backend=True):
+    """A torch 0.3/0.4 module (NEWOBJ __main__.Net + BUILD) whose _backend is
+    REDUCE(torch.nn.backends.thnn._get_thnn_function_backend, ()) (memo 50),
+    or `backend(p)`; params: [(name, tensor writer)], children: [(name,
+    writer)]."""
+    p.glob("__main__", "Net").op(b")", 0x81).op(b"}").mark()
+    p.str("_backend")
+    if backend:
+        backend(p)
+    elif memo_backend:
+        p.glob("torch.nn.backends.thnn", "_get_thnn_function_backend").op(b")R", b"q\x32")
+    p.str("_parameters").ordered_dict().mark()
+    for name, w in params:
+        p.str(name)
+        w(p)
+    p.op(b"u").str("_buffers").ordered_dict().str("_modules").ordered_dict().mark()
+    for name, w in children:
+        p.str(name)
+        w(p)
+    p.op(b"u").str("training").false().op(b"u", b"b")
+    return p
+
+
+def legacy_tensor(p, key, numel, size):
+    """_rebuild_tensor_v2 over a legacy-stream storage id (with view_metadata None)."""
+    p.glob("torch._utils", "_rebuild_tensor_v2").mark()
+    p.mark().str("storage").glob("torch", "FloatStorage").str(key).str("cpu").int(numel).op(b"N", b"t", b"Q")
+    p.int(0).mark()
+    for d in size:
+        p.int(d)
+    p.op(b"t").mark()
+    acc, strides = 1, []
+    for d in reversed(size):
+        strides.insert(0, acc)
+        acc *= d
+    for d in strides:
+        p.int(d)
+    return p.op(b"t").false().ordered_dict().op(b"t", b"R")
+
+
+def fc_params(w_key="0", b_key="1"):
+    return [("weight", lambda q: q.tensor("FloatStorage", w_key, 6, 0, [2, 3])),
+            ("bias", lambda q: q.tensor("FloatStorage", b_key, 2, 0, [2]))]
+
+
+def placeholder_entries():
+    """Calls of class references that are not allowlisted (a torch 0.3/0.4
+    module's _backend): kept inert as a module's plain attribute, refused
+    anywhere else."""
+    legacy_fc = [("weight", lambda q: legacy_tensor(q, "0", 6, [2, 3])), ("bias", lambda q: legacy_tensor(q, "1", 2, [2]))]
+    control = thnn_module(P().proto(2), children=[("fc", lambda q: thnn_module(q, params=legacy_fc,
+                                                                                 memo_backend=False,
+                                                                                 backend=lambda r: r.op(b"h\x32")))])
+    add("checkpoints/control_legacy_thnn_module.pt", legacy_stream(main_pickle=bytes(control.stop().b)), "convert",
+        None, "control: a torch 0.4 whole module (legacy stream) whose modules' _backend is REDUCE(torch.nn.backends."
+        "thnn._get_thnn_function_backend, ()), shared through the memo", ok=True)
+    add("checkpoints/control_zip_thnn_module.pt", with_pickle_and_fc(bytes(thnn_module(P().proto(2),
+                                                                                        params=fc_params()).stop().b)),
+        "convert", None, "control: the same call as a zip whole module's attribute", ok=True)
+    sd = P().proto(2).ordered_dict().mark().str("fc.weight").tensor("FloatStorage", "0", 6, 0, [2, 3])
+    sd.str("fc.bias").glob("__main__", "make_bias").op(b")R").op(b"u").stop()
+    ckpt("placeholder_in_state_dict.pt", with_pickle_and_fc(bytes(sd.b)),
+         "refused REDUCE of '__main__.make_bias' (not an allowlisted callable) at byte 206 (opcode 0x52 REDUCE): its "
+         "result is the root['fc.bias']; a call ferry never makes is kept only as a plain attribute of a pickled "
+         "nn.Module", "a call of an unknown function as a state dict's value")
+    param = thnn_module(P().proto(2), params=[("weight", lambda q: q.glob("__main__", "init_weight").op(b")R"))])
+    ckpt("placeholder_as_parameter.pt", with_pickle_and_fc(bytes(param.stop().b)),
+         "refused REDUCE of '__main__.init_weight' (not an allowlisted callable) at byte",
+         "a module parameter that is a call of an unknown function")
+    storage = thnn_module(P().proto(2), params=[("weight", lambda q: q.glob("torch._utils", "_rebuild_tensor_v2").mark()
+                                                 .glob("__main__", "open_storage").op(b")R").int(0).mark().int(6).op(b"t")
+                                                 .mark().int(1).op(b"t").false().ordered_dict().op(b"tR"))])
+    ckpt("placeholder_as_storage.pt", with_pickle_and_fc(bytes(storage.stop().b)),
+         "refused REDUCE of '__main__.open_storage' (not an allowlisted callable) at byte",
+         "a tensor whose storage is a call of an unknown function")
+    shared = P().proto(2).op(b"}").mark().str("model")
+    thnn_module(shared, params=fc_params())
+    shared.str("backend").op(b"h\x32").op(b"u").stop()
+    ckpt("placeholder_shared_outside.pt", with_pickle_and_fc(bytes(shared.b)),
+         "its result is the root['backend']", "a module's _backend call, memoized, also stored as a top-level entry")
+    for module, name in (("posix", "system"), ("builtins", "eval"), ("subprocess", "Popen")):
+        evil = thnn_module(P().proto(2), params=legacy_fc,
+                           backend=lambda q, m=module, n=name: q.glob(m, n).str("touch /tmp/ferry_pwned").op(0x85, b"R"))
+        add("checkpoints/placeholder_attribute_%s_%s.pt" % (module, name.lower()),
+            legacy_stream(main_pickle=bytes(evil.stop().b)), "convert", "refused global '%s.%s'" % (module, name),
+            "%s.%s called as a module attribute: refused outright, never a placeholder" % (module, name))
+    dtype = thnn_module(P().proto(2), params=fc_params(),
+                        backend=lambda q: q.glob("torch", "FloatStorage").op(b")R"))
+    ckpt("placeholder_storage_class_call.pt", with_pickle_and_fc(bytes(dtype.stop().b)),
+         "refused REDUCE of 'torch.FloatStorage' (not an allowlisted callable)",
+         "a storage class called as a module attribute: never a placeholder")
+    twice = thnn_module(P().proto(2), params=fc_params(),
+                        backend=lambda q: q.glob("__main__", "factory").op(b")R)R"))
+    ckpt("placeholder_called.pt", with_pickle_and_fc(bytes(twice.stop().b)),
+         "REDUCE of a call never made, not a global", "the result of an unknown call, called in turn")
+
+
+def with_pickle_and_fc(pkl):
+    """A torch.save zip of `pkl` with fc.weight ('0') and fc.bias ('1')."""
+    return bytes(checkpoint(pkl=pkl, storages=[("0", FC_W), ("1", FC_B)]).finish()[0])
+
+
+# ---------------------------------------------------------------------------
+# The pre-0.3 tar format (checkpoint/legacy_tar.h): a ustar archive of
+# sys_info, pickle, tensors and storages, written header by header.
+
+
+def tar_header(name, size, typeflag=b"0", checksum=None, size_field=None):
+    h = bytearray(512)
+    h[0:len(name)] = name.encode()
+    h[100:108] = b"0000600\0"
+    h[108:116] = b"0000000\0"
+    h[116:124] = b"0000000\0"
+    h[124:136] = size_field if size_field is not None else b"%011o\0" % size
+    h[136:148] = b"13234567123\0"
+    h[148:156] = b" " * 8
+    h[156:157] = typeflag
+    h[257:265] = b"ustar\x0000"
+    total = sum(h) if checksum is None else checksum
+    h[148:156] = b"%06o\0 " % total
+    return bytes(h)
+
+
+def tar_archive(members, end=True):
+    """members: [(name, data)] or [(name, data, header kwargs)]."""
+    out = bytearray()
+    for m in members:
+        name, data = m[0], m[1]
+        kw = m[2] if len(m) > 2 else {}
+        out += tar_header(name, len(data), **kw) + data + b"\0" * ((512 - len(data) % 512) % 512)
+    if end:
+        out += b"\0" * 1024
+    return bytes(out)
+
+
+def pax(records):
+    body = b""
+    for k, v in records:
+        rec = b" %s=%s\n" % (k.encode(), v.encode())
+        n = len(rec) + 1
+        while len(str(n)) + len(rec) != n:
+            n += 1
+        body += str(n).encode() + rec
+    return body
+
+
+def tar_storages(storages, views=(), count=None):
+    """storages: [(key, data, numel or None)]: pickled count, then per storage
+    (key, location, FloatStorage) and int64 numel + bytes; then the views."""
+    out = bytes(P().proto(2).int(len(storages) if count is None else count).stop().b)
+    for key, data, numel in storages:
+        out += bytes(P().proto(2).int(key).str("cpu").glob("torch", "FloatStorage").op(0x87).stop().b)
+        out += struct.pack("<q", len(data) // 4 if numel is None else numel) + data
+    v = P().proto(2).op(b"]").mark()
+    for target, root, off, size in views:
+        v.mark().int(target).int(root).int(off).int(size).op(b"t")
+    return out + bytes(v.op(b"e").stop().b)
+
+
+def tar_tensors(tensors):
+    """tensors: [(key, storage key, size, stride, offset[, ndim])]."""
+    out = bytes(P().proto(2).int(len(tensors)).stop().b)
+    for t in tensors:
+        key, skey, size, stride, off = t[:5]
+        ndim = t[5] if len(t) > 5 else len(size)
+        out += bytes(P().proto(2).int(key).int(skey).glob("torch", "FloatTensor").op(0x87).stop().b)
+        out += struct.pack("<q", ndim) + struct.pack("<%dq" % len(size), *size)
+        out += struct.pack("<%dq" % len(stride), *stride) + struct.pack("<q", off)
+    return out
+
+
+def tar_state_dict(entries=(("fc.weight", "101"), ("fc.bias", "102"))):
+    p = P().proto(2).ordered_dict().mark()
+    for name, pid in entries:
+        p.str(name).str(pid).op(b"Q")
+    return bytes(p.op(b"u").stop().b)
+
+
+TAR_SYS_INFO = bytes(P().proto(2).op(b"}").mark().str("protocol_version").int(1000).str("little_endian").op(0x88)
+                     .op(b"u").stop().b)
+
+
+def tar_file(sys_info=TAR_SYS_INFO, pickle=None, tensors=None, storages=None, extra=(), end=True, order=None):
+    members = {"sys_info": sys_info, "pickle": tar_state_dict() if pickle is None else pickle,
+               "tensors": tar_tensors([(101, 11, [2, 3], [3, 1], 0), (102, 12, [2], [1], 0)]) if tensors is None
+               else tensors,
+               "storages": tar_storages([(11, FC_W, None), (12, FC_B, None)]) if storages is None else storages}
+    names = order or ["sys_info", "pickle", "tensors", "storages"]
+    return tar_archive([(n, members[n]) for n in names if members.get(n) is not None] + list(extra), end=end)
+
+
+def tar_entries():
+    add("checkpoints/control_tar.pt", tar_file(), "convert", None,
+        "control: the Linear(3, 2) state dict in the pre-0.3 tar format (torch 0.1-0.2)", ok=True)
+    pax_head = pax([("mtime", "1500000000.25"), ("path", "storages")])
+    add("checkpoints/control_tar_pax.pt",
+        tar_archive([("sys_info", TAR_SYS_INFO), ("pickle", tar_state_dict()),
+                     ("tensors", tar_tensors([(101, 11, [2, 3], [3, 1], 0), (102, 12, [2], [1], 0)])),
+                     ("././@PaxHeader", pax_head, {"typeflag": b"x"}),
+                     ("st", tar_storages([(11, FC_W, None), (12, FC_B, None)]))]), "convert", None,
+        "control: as tarfile.PAX_FORMAT writes it, a pax header (mtime, path) before a member", ok=True)
+    add("checkpoints/control_tar_view.pt",
+        tar_file(storages=tar_storages([(11, FC_W + FC_B, None)], views=[(12, 11, 6, 2)]),
+                 tensors=tar_tensors([(101, 11, [2, 3], [3, 1], 0), (102, 12, [2], [1], 0)])), "convert", None,
+        "control: fc.bias over a storage view (key 12: elements 6..7 of storage 11)", ok=True)
+    ckpt("tar_missing_storages.pt", tar_file(order=["sys_info", "pickle", "tensors"]),
+         "a tar archive without a 'storages' member", "no storages member")
+    ckpt("tar_missing_pickle.pt", tar_file(order=["sys_info", "tensors", "storages"]),
+         "a tar archive without a 'pickle' member", "no pickle member")
+    ckpt("tar_member_twice.pt", tar_file(order=["sys_info", "pickle", "tensors", "storages", "pickle"]),
+         "tar member 'pickle' appears twice", "two pickle members (tarfile would take the last)")
+    whole = tar_file()
+    at = whole.index(b"storages\0") + 512 + 10
+    ckpt("tar_truncated_member.pt", whole[:at],
+         "member 'storages' needs %d bytes, 10 left (a truncated archive)" % len(tar_storages([(11, FC_W, None),
+                                                                                             (12, FC_B, None)])),
+         "the archive cut inside its last member")
+    ckpt("tar_truncated_header.pt", whole[:512 + 512 + 200],
+         "tar archive: 200 bytes at byte 1024 are not a whole header", "the archive cut inside a header")
+    ckpt("tar_bad_checksum.pt", tar_archive([("sys_info", TAR_SYS_INFO, {"checksum": 1})]),
+         "tar header at byte 0: bad header checksum", "a header whose checksum is wrong")
+    ckpt("tar_size_not_octal.pt", tar_archive([("sys_info", TAR_SYS_INFO, {"size_field": b"99999999999\0"})]),
+         "member 'sys_info': malformed size field", "a size field with digits 8 and 9")
+    ckpt("tar_size_base256.pt", tar_archive([("sys_info", TAR_SYS_INFO,
+                                               {"size_field": b"\x80" + b"\0" * 3 + struct.pack(">Q", 2**40)})]),
+         "a base-256 size (a member over 8 GiB)", "a base-256 size of 2^40")
+    ckpt("tar_size_past_end.pt", tar_archive([("sys_info", TAR_SYS_INFO, {"size_field": b"%011o\0" % (2**33 - 1)})]),
+         "member 'sys_info' needs 8589934591 bytes", "a member declaring 8 GiB in a 2 KiB file")
+    ckpt("tar_pax_malformed.pt", tar_archive([("././@PaxHeader", b"99 path=storages\n", {"typeflag": b"x"}),
+                                              ("sys_info", TAR_SYS_INFO)]),
+         "malformed pax record", "a pax record longer than its header")
+    ckpt("tar_pax_size_past_end.pt",
+         tar_archive([("././@PaxHeader", pax([("size", "99999999")]), {"typeflag": b"x"}),
+                      ("sys_info", TAR_SYS_INFO)]),
+         "member 'sys_info' needs 99999999 bytes", "a pax size record larger than the file")
+    ckpt("tar_pickle_symlink.pt", tar_file(extra=[]).replace(b"", b"") if False else
+         tar_archive([("sys_info", TAR_SYS_INFO), ("pickle", b"", {"typeflag": b"2"}),
+                      ("tensors", tar_tensors([])), ("storages", tar_storages([]))]),
+         "tar member 'pickle' is not a regular file (type '2')", "the pickle member is a symlink")
+    ckpt("tar_big_endian.pt", tar_file(sys_info=bytes(P().proto(2).op(b"}").str("little_endian").false().op(b"s")
+                                                      .stop().b)),
+         "written on a big-endian machine (little_endian is False): not supported", "sys_info says big-endian")
+    ckpt("tar_storage_count_huge.pt", tar_file(storages=tar_storages([], count=2**40)),
+         "1099511627776 storages (at most 1048576)", "a storage count of 2^40")
+    ckpt("tar_storage_past_member.pt", tar_file(storages=tar_storages([(11, FC_W, 2**20), (12, FC_B, None)])),
+         "truncated: storage 11 (1048576 x 4 bytes) needs 4194304 bytes", "a storage's element count past its member")
+    ckpt("tar_storage_negative.pt", tar_file(storages=tar_storages([(11, FC_W, -1), (12, FC_B, None)])),
+         "storage 11 has an element count of -1", "a negative element count")
+    ckpt("tar_storage_numel_overflow.pt", tar_file(storages=tar_storages([(11, FC_W, 2**62), (12, FC_B, None)])),
+         "storage 11 has an element count of 4611686018427387904", "numel x 4 overflows 64 bits")
+    ckpt("tar_storage_twice.pt", tar_file(storages=tar_storages([(11, FC_W, None), (11, FC_B, None)])),
+         "storage 11 is stored twice", "two storages with one key")
+    ckpt("tar_view_past_root.pt", tar_file(storages=tar_storages([(11, FC_W, None), (12, FC_B, None)],
+                                                                 views=[(13, 11, 4, 10)])),
+         "storage view 0 (offset 4, size 10) reaches past the end of storage 11 of 6 elements",
+         "a storage view past its root")
+    ckpt("tar_view_unknown_root.pt", tar_file(storages=tar_storages([(11, FC_W, None), (12, FC_B, None)],
+                                                                    views=[(13, 99, 0, 1)])),
+         "storage view 0: root storage 99 is not in the archive", "a view of a storage the archive lacks")
+    ckpt("tar_tensor_past_storage.pt",
+         tar_file(tensors=tar_tensors([(101, 11, [4, 3], [3, 1], 0), (102, 12, [2], [1], 0)])),
+         "tensor 101", "a 4x3 tensor over a storage of 6 elements")
+    ckpt("tar_tensor_offset_past_storage.pt",
+         tar_file(tensors=tar_tensors([(101, 11, [2, 3], [3, 1], 0), (102, 12, [2], [1], 1)])),
+         "tensor 102", "a tensor at storage offset 1 of a 2-element storage")
+    ckpt("tar_tensor_ndim_huge.pt", tar_file(tensors=tar_tensors([(101, 11, [2, 3], [3, 1], 0, 1000)])),
+         "tensor 101 has 1000 dimensions", "ndim 1000")
+    ckpt("tar_tensor_metadata_truncated.pt",
+         tar_file(tensors=tar_tensors([(101, 11, [2, 3], [3, 1], 0), (102, 12, [2], [1], 0)])[:-4]),
+         "truncated: the storage offset of tensor 102 needs 8 bytes, 4 left", "the last tensor's metadata cut short")
+    ckpt("tar_tensor_unknown_storage.pt", tar_file(tensors=tar_tensors([(101, 99, [2, 3], [3, 1], 0)])),
+         "tensor 101 names storage 99, which the archive does not hold", "a tensor of a storage the archive lacks")
+    ckpt("tar_pid_unknown.pt", tar_file(pickle=tar_state_dict([("fc.weight", "101"), ("fc.bias", "777")])),
+         "persistent id '777' names no tensor or storage of the archive", "a persistent id no member defines")
+    ckpt("tar_pid_path.pt", tar_file(pickle=tar_state_dict([("fc.weight", "../../etc/passwd")])),
+         "persistent id '../../etc/passwd' is not a tensor or storage key", "a persistent id that is a path")
+    ckpt("tar_pid_overflow.pt", tar_file(pickle=tar_state_dict([("fc.weight", "99999999999999999999")])),
+         "is not a tensor or storage key", "a 20-digit persistent id")
+    ckpt("tar_pickle_trailing.pt", tar_file(pickle=tar_state_dict() + b"junk"),
+         "4 bytes after the pickle's STOP", "4 bytes after the main pickle")
+    body = P().proto(2).glob("posix", "system").str("touch /tmp/ferry_pwned").op(0x85, b"R").stop().b
+    ckpt("tar_posix_system.pt", tar_file(pickle=bytes(body)), "refused global 'posix.system'",
+         "the main pickle of a tar file calls posix.system")
+    module = thnn_module(P().proto(2), params=[("weight", lambda q: q.str("101").op(b"Q")),
+                                               ("bias", lambda q: q.str("102").op(b"Q"))]).stop()
+    add("checkpoints/control_tar_thnn_module.pt", tar_file(pickle=bytes(module.b)), "convert", None,
+        "control: a torch 0.2 whole module in the tar format, its _backend the thnn REDUCE", ok=True)
 
 
 def module_entries():
@@ -1705,16 +1995,24 @@ def dcp_tensor_md(size, chunks, dtype="float32"):
     return write
 
 
-def dcp_metadata(tensors, storage, planner=None, prefix_globals=None):
+def dcp_bytes_md(p):
+    """BytesStorageMetadata as torch writes it: NEWOBJ(cls, ()), no BUILD."""
+    return p.glob(DCP_MD, "BytesStorageMetadata").op(b")", 0x81)
+
+
+def dcp_metadata(tensors, storage, planner=None, prefix_globals=None, values=()):
     """tensors: [(fqn, size, [(offsets, sizes)], dtype)]; storage: [(fqn,
-    offsets, relative_path, offset, length, transforms)]; planner: {fqn: path
-    tuple} (default: ("model", rest))."""
+    offsets, relative_path, offset, length, transforms)] (offsets None: a
+    non-tensor value's entry); planner: {fqn: path tuple} (default:
+    ("model", rest)); values: [(fqn, writer)], non-tensor entries after the
+    tensors (writer: dcp_bytes_md or a variant)."""
     p = P().proto(4)
     if prefix_globals:
         prefix_globals(p)
 
     def sdm(q):
-        return dcp_dict(q, [(s_(f), dcp_tensor_md(size, chunks, dtype)) for f, size, chunks, dtype in tensors])
+        return dcp_dict(q, [(s_(f), dcp_tensor_md(size, chunks, dtype)) for f, size, chunks, dtype in tensors] +
+                        [(s_(f), w) for f, w in values])
 
     def storage_info(rel, off, length, transforms):
         items = [(s_("relative_path"), s_(rel)), (s_("offset"), i_(off)), (s_("length"), i_(length))]
@@ -1730,8 +2028,10 @@ def dcp_metadata(tensors, storage, planner=None, prefix_globals=None):
     def index(fqn, offsets, i):
         return lambda q: dcp_obj(q, DCP_MD, "MetadataIndex",
                                  lambda r: dcp_dict(r, [(s_("fqn"), s_(fqn)),
-                                                        (s_("offset"), lambda t: dcp_size(t, offsets)),
-                                                        (s_("index"), i_(i))]))
+                                                        (s_("offset"), (lambda t: t.op(b"N")) if offsets is None
+                                                         else lambda t: dcp_size(t, offsets)),
+                                                        (s_("index"), (lambda t: t.op(b"N")) if offsets is None
+                                                         else i_(i))]))
 
     def sd(q):
         return dcp_dict(q, [(index(f, o, n), storage_info(rel, off, ln, tr))
@@ -1739,6 +2039,8 @@ def dcp_metadata(tensors, storage, planner=None, prefix_globals=None):
 
     if planner is None:
         planner = {f: ("model", f[len("model."):]) for f, _, _, _ in tensors}
+        for f, _ in values:
+            planner[f] = ("model", f[len("model."):]) if f.startswith("model.") else tuple(f.split("."))
 
     def pd(q):
         def path(t):
@@ -1924,7 +2226,70 @@ def dcp_entries():
     dcp_dir("dcp_metadata_not_metadata", bytes(P().proto(4).op(b"}").stop().b), files,
             ".metadata: the root: is a dict, not a Metadata", "a .metadata holding a plain dict")
     dcp_dir("dcp_metadata_truncated", md()[:-3], files, ".metadata: truncated", "a .metadata missing its last 3 bytes")
+    dcp_value_entries(md, files, S)
 
+
+def dcp_value_entries(md, files, S):
+    """Non-tensor values (BytesStorageMetadata: a field-less record whose bytes,
+    a torch.save of the object, are never unpickled) beside the model."""
+    step = bytes(checkpoint(pkl=bytes(P().proto(2).int(1234).stop().b), storages=[]).finish()[0])
+    name = bytes(checkpoint(pkl=bytes(P().proto(2).str("run-7").stop().b), storages=[]).finish()[0])
+    f2 = files["__1_0.distcp"] + step + name
+    vfiles = {"__0_0.distcp": files["__0_0.distcp"], "__1_0.distcp": f2}
+    at = len(files["__1_0.distcp"])
+    VS = [("step", None, "__1_0.distcp", at, len(step), None),
+          ("config.run_name", None, "__1_0.distcp", at + len(step), len(name), None),
+          ("model.fc._extra_state", None, "__1_0.distcp", at, len(step), None)]
+    V = [("step", dcp_bytes_md), ("config.run_name", dcp_bytes_md), ("model.fc._extra_state", dcp_bytes_md)]
+
+    def vmd(values=V, storage=VS, **kw):
+        return md(storage=S + list(storage), values=list(values), **kw)
+
+    dcp_dir("dcp_values_control", vmd(), vfiles, None,
+            "control: a step counter, a nested run name and a module's _extra_state beside and inside the model "
+            "(BytesStorageMetadata: NEWOBJ with no BUILD), listed as ignored", ok=True)
+    where = ".metadata: state_dict_metadata['step']: "
+    with_state = lambda p: dcp_bytes_md(p).op(b"}").str("size").int(3).op(b"sb")  # noqa: E731
+    dcp_dir("dcp_value_with_state", vmd(values=[("step", with_state)] + V[1:]), vfiles,
+            where + "BytesStorageMetadata has state (a dict of 1 fields): the class has no fields",
+            "a BytesStorageMetadata carrying state its class has no field for")
+    with_tuple_state = lambda p: dcp_bytes_md(p).glob("torch", "float32").op(0x85, b"b")  # noqa: E731
+    dcp_dir("dcp_value_with_tuple_state", vmd(values=[("step", with_tuple_state)] + V[1:]), vfiles,
+            where + "BytesStorageMetadata has state (a tuple): the class has no fields",
+            "a BytesStorageMetadata whose BUILD state is a tuple")
+    with_args = lambda p: p.glob(DCP_MD, "BytesStorageMetadata").int(7).op(0x85, 0x81)  # noqa: E731
+    dcp_dir("dcp_value_with_args", vmd(values=[("step", with_args)] + V[1:]), vfiles,
+            where + "BytesStorageMetadata made with arguments (a tuple of 1): the class takes none",
+            "a BytesStorageMetadata made by NEWOBJ with an argument")
+    reduced = lambda p: p.glob(DCP_MD, "BytesStorageMetadata").op(b")R")  # noqa: E731
+    dcp_dir("dcp_value_reduce", vmd(values=[("step", reduced)] + V[1:]), vfiles,
+            "refused REDUCE of 'torch.distributed.checkpoint.metadata.BytesStorageMetadata' (not an allowlisted "
+            "callable)", "BytesStorageMetadata called (REDUCE) instead of made (NEWOBJ)")
+    as_tensor_md = lambda p: dcp_obj(p, DCP_MD, "TensorStorageMetadata", lambda q: q.op(b"}"))  # noqa: E731
+    dcp_dir("dcp_value_tensor_md_empty", vmd(values=[("step", as_tensor_md)] + V[1:]), vfiles,
+            where + "has no field 'properties'", "a TensorStorageMetadata with no fields in a value's place")
+    dcp_dir("dcp_value_no_storage_entry", vmd(storage=VS[1:]), vfiles,
+            where + "no storage_data entry for the value (a key without offsets): its bytes are not in the checkpoint",
+            "a non-tensor value whose bytes are recorded nowhere")
+    dcp_dir("dcp_value_past_file", vmd(storage=[("step", None, "__1_0.distcp", len(f2) - 4, 64, None)] + VS[1:]),
+            vfiles, ".metadata: storage_data['step'] (a non-tensor value): bytes [%d, +64) reach past the end of "
+            "__1_0.distcp (%d bytes)" % (len(f2) - 4, len(f2)), "a non-tensor value's range runs 60 bytes past its file")
+    dcp_dir("dcp_value_offset_wrap", vmd(storage=[("step", None, "__1_0.distcp", 2**63 - 8, 16, None)] + VS[1:]),
+            vfiles, "(a non-tensor value): bytes [9223372036854775800, +16) reach past the end of __1_0.distcp",
+            "a non-tensor value at offset 2^63 - 8")
+    dcp_dir("dcp_value_missing_file", vmd(storage=[("step", None, "__7_0.distcp", 0, 16, None)] + VS[1:]), vfiles,
+            "__7_0.distcp: cannot open: No such file or directory (the data file",
+            "a non-tensor value in a data file the directory lacks")
+    dcp_dir("dcp_value_relative_path_dotdot",
+            vmd(storage=[("step", None, "../dcp_control/__1_0.distcp", 0, 16, None)] + VS[1:]), vfiles,
+            "storage_data['step'] (chunk at []).relative_path: '../dcp_control/__1_0.distcp' is not a plain file name",
+            "a non-tensor value's relative_path climbs out of the directory")
+
+
+# ---------------------------------------------------------------------------
+# Names holding bytes a line cannot show: a NUL (which ended a C-string error
+# message early), a newline (which split it), a terminal escape, UTF-8. The
+# error must be whole and one line, the name spelled out: \0 \n \x1b.
 
 # ---------------------------------------------------------------------------
 # Weight norm and spectral norm parts (PYTORCH_FORMAT.md §10), folded at
@@ -2198,6 +2563,8 @@ def main():
     other_format_entries()
     safetensors_entries()
     legacy_entries()
+    placeholder_entries()
+    tar_entries()
     module_entries()
     recorded_chain_entries()
     model_entries()

@@ -1,7 +1,8 @@
 // Fuzz target: the restricted unpickler (converter/src/pickle.*) on arbitrary
 // bytes, with a persistent loader that accepts ('storage', ...) ids the way
 // the checkpoint reader does (so tensor rebuilds are reached), then a bounded
-// walk over the resulting tree (which may share nodes and hold cycles).
+// walk over the resulting tree (which may share nodes and hold cycles); then
+// once more with call placeholders on, and their places checked.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -12,6 +13,7 @@
 #include "error.h"
 #include "fuzz_support.h"
 #include "checkpoint/pickle.h"
+#include "checkpoint/reader_internal.h"
 
 namespace {
 
@@ -75,6 +77,17 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const PickleTree tree = unpickle(data, size, "fuzz.pkl", &loader);
     if (tree.end > size) ferry::fuzz::invariant_failed("STOP offset past the input");
     (void)walk(tree.root);
+  } catch (const Error&) {
+  }
+  // Again as torch.save main pickles are read: calls of class references
+  // kept as placeholders, then their places checked (shared and cyclic
+  // trees included).
+  try {
+    UnpickleLimits limits;
+    limits.call_placeholders = true;
+    const PickleTree tree = unpickle(data, size, "fuzz.pkl", &loader, limits);
+    (void)walk(tree.root);
+    detail::check_call_placeholders(tree.root, "fuzz.pkl");
   } catch (const Error&) {
   }
   return 0;

@@ -26,6 +26,7 @@ from tests/fixtures and tests/bad):
 import os
 import pickletools
 import struct
+import tarfile
 import zipfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -58,6 +59,14 @@ def main():
             write("pickle", "bad_" + name + "_data_pkl", z.read("archive/data.pkl"))
     with open(os.path.join(MODELS, "lstm_legacy.pt"), "rb") as f:
         write("pickle", "lstm_legacy_stream", f.read())
+    # torch 0.3 / 0.4 whole modules (a thnn _backend call in every module) and
+    # the torch 0.2 tar file's main pickle member.
+    old_torch = os.path.join(HERE, "..", "fixtures", "old_torch")
+    for name in ["module_v04", "module_v03"]:
+        with open(os.path.join(old_torch, name + ".pt"), "rb") as f:
+            write("pickle", "old_torch_" + name + "_stream", f.read())
+    with tarfile.open(os.path.join(old_torch, "module_v02_tar.pt")) as t:
+        write("pickle", "old_torch_module_v02_tar_pickle", t.extractfile("pickle").read())
 
     st = [os.path.join(MODELS, "lstm_safetensors.safetensors")]
     bad = os.path.join(HERE, "..", "bad", "checkpoints")

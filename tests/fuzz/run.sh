@@ -22,7 +22,7 @@ root=$PWD
 [ $# -ge 1 ] && [[ "$1" =~ ^[0-9]+$ ]] || { echo "usage: tests/fuzz/run.sh SECONDS [TARGET...]" >&2; exit 2; }
 seconds=$1
 shift
-all_targets=(zip pickle checkpoint legacy safetensors model_load model_run inputs npy dcp pt2 script_chain)
+all_targets=(zip pickle checkpoint legacy legacy_tar safetensors model_load model_run inputs npy dcp pt2 script_chain)
 if [ $# -gt 0 ]; then targets=("$@"); else targets=("${all_targets[@]}"); fi
 build=$(realpath -m "${FERRY_FUZZ_BUILD:-build-fuzz}")
 nice_level=${FERRY_FUZZ_NICE:-0}
@@ -58,11 +58,13 @@ numpy_fixtures=("$root"/tests/fixtures/ops/numpy*.pt)  # numpy arrays and scalar
 copy_seeds zip $(small "$fixtures"/*.pt "${numpy_fixtures[@]}" "$bad"/checkpoints/*)
 copy_seeds checkpoint $(small "$fixtures"/*.pt "${numpy_fixtures[@]}" "$fixtures"/*.safetensors "$bad"/checkpoints/*)
 copy_seeds pickle $(small "$root"/tests/fuzz/seeds/pickle/*)
-copy_seeds legacy "$fixtures"/lstm_legacy.pt
+copy_seeds legacy "$fixtures"/lstm_legacy.pt "$root"/tests/fixtures/old_torch/module_v0[34].pt
+copy_seeds legacy_tar "$root"/tests/fixtures/old_torch/module_v02_tar.pt "$bad"/checkpoints/*tar*.pt
 copy_seeds safetensors "$root"/tests/fuzz/seeds/safetensors/*
 copy_seeds inputs "$root"/tests/fuzz/seeds/inputs/*
 copy_seeds npy "$fixtures"/*.npy
-copy_seeds dcp "$root"/tests/fixtures/torch2_forms/dcp_*/.metadata "$bad"/checkpoints/dcp_*/.metadata
+copy_seeds dcp "$root"/tests/fixtures/torch2_forms/dcp_*/.metadata "$root"/tests/fixtures/dcp_values/*/.metadata \
+  "$bad"/checkpoints/dcp_*/.metadata
 copy_seeds pt2 "$root"/tests/fuzz/seeds/pt2/*
 copy_seeds script_chain "$root"/tests/fuzz/seeds/script_chain/*
 # Models: fixtures converted by this build's CLI (with self-test vectors),

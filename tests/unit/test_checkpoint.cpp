@@ -11,6 +11,7 @@
 #include <cstring>
 #include <dirent.h>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <string>
@@ -409,7 +410,9 @@ TEST(Checkpoint, OtherFormatsAreRecognized) {
   Bytes tar(1024, 0);
   std::memcpy(tar.data(), "sd.pt", 5);
   std::memcpy(tar.data() + 257, "ustar", 5);
-  EXPECT_TRUE(contains(load_error(tar), "pre-0.3 PyTorch tar format"));
+  // The pre-0.3 tar format is read (legacy_tar.h): this one's header is not one.
+  EXPECT_TRUE(contains(load_error(tar), "tar header at byte 0: bad header checksum (not a PyTorch 0.1-0.2 tar archive"))
+      << load_error(tar);
 
   // A legacy stream that stops after its magic number: detected and read.
   Bytes legacy = {0x80, 0x02, 0x8a, 0x0a, 0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19, 0x2e};
@@ -704,6 +707,97 @@ TEST(Checkpoint, MaliciousWholeModuleIsRefusedBeforeAnythingRuns) {
   const std::string msg = load_error(test::checkpoint_zip(call.bytes, {}));
   EXPECT_TRUE(contains(msg, "refused REDUCE of '__main__.Evil'")) << msg;
   EXPECT_FALSE(std::ifstream("/tmp/ferry_pwned").good());
+}
+
+// A call of a class reference that is not allowlisted (torch 0.3/0.4's
+// _backend = torch.nn.backends.thnn._get_thnn_function_backend()) is kept,
+// never made, where it is a plain attribute of a pickled module; anywhere
+// else it is refused as REDUCE always refused it, saying where it was.
+namespace placeholders {
+
+// __main__.Net with _backend = <call>, `extra` = {"act": <call>}, one
+// parameter "w" (storage "0"), and `more` written into its state last.
+void module_with_backend(PickleBuilder& p, const std::function<void(PickleBuilder&)>& more = {}) {
+  p.global("__main__", "Net").empty_tuple().newobj().empty_dict().mark();
+  p.str("_backend").global("torch.nn.backends.thnn", "_get_thnn_function_backend").empty_tuple().reduce().binput(9);
+  p.str("extra").empty_dict().str("act").global("__main__", "make_act").empty_tuple().reduce().setitem();
+  p.str("_parameters").global("collections", "OrderedDict").empty_tuple().reduce().mark();
+  p.str("w");
+  test::emit_tensor(p, spec("w", "0", 2, {2}));
+  p.setitems();
+  if (more) more(p);
+  p.setitems().build();
+}
+
+Bytes zip_of(const PickleBuilder& p) { return test::checkpoint_zip(p.bytes, {{"0", f32({1, 2})}}); }
+
+}  // namespace placeholders
+
+TEST(Checkpoint, CallsNeverMadeAreKeptAsModuleAttributes) {
+  PickleBuilder p;
+  p.proto(2);
+  placeholders::module_with_backend(p);
+  p.stop();
+  Loaded l = load(placeholders::zip_of(p));
+  EXPECT_EQ(l.ck.form, "zip whole module (__main__.Net)");
+  ASSERT_EQ(l.ck.tensors.size(), 1u);
+  EXPECT_EQ(l.ck.tensors[0].name, "w");
+  EXPECT_EQ(to_float32(l.ck.tensors[0]), (std::vector<float>{1, 2}));
+}
+
+TEST(Checkpoint, CallsNeverMadeAreRefusedOutsideModuleAttributes) {
+  const std::string refused = "refused REDUCE of '__main__.make' (not an allowlisted callable) at byte ";
+  auto error_of = [](const PickleBuilder& p) { return load_error(placeholders::zip_of(p)); };
+  {  // a state dict's value
+    PickleBuilder p;
+    p.proto(2).global("collections", "OrderedDict").empty_tuple().reduce().mark();
+    p.str("w");
+    test::emit_tensor(p, spec("w", "0", 2, {2}));
+    p.str("x").global("__main__", "make").empty_tuple().reduce().setitems().stop();
+    const std::string msg = error_of(p);
+    EXPECT_TRUE(contains(msg, "record 'archive/data.pkl': " + refused)) << msg;
+    EXPECT_TRUE(contains(msg, "(opcode 0x52 REDUCE): its result is the root['x']; a call ferry never makes is kept only "
+                              "as a plain attribute of a pickled nn.Module")) << msg;
+  }
+  {  // the root
+    PickleBuilder p;
+    p.proto(2).global("__main__", "make").empty_tuple().reduce().stop();
+    const std::string msg = error_of(p);
+    EXPECT_TRUE(contains(msg, refused + "18 (opcode 0x52 REDUCE): its result is the root;")) << msg;
+  }
+  {  // a module's parameter
+    PickleBuilder p;
+    p.proto(2);
+    placeholders::module_with_backend(p, [](PickleBuilder& q) {
+      q.str("_buffers").global("collections", "OrderedDict").empty_tuple().reduce();
+      q.str("b").global("__main__", "make").empty_tuple().reduce().setitem();
+    });
+    p.stop();
+    const std::string msg = error_of(p);
+    EXPECT_TRUE(contains(msg, "its result is the root._buffers['b']")) << msg;
+  }
+  {  // a tensor's storage, inside a module attribute
+    PickleBuilder p;
+    p.proto(2);
+    placeholders::module_with_backend(p, [](PickleBuilder& q) {
+      q.str("cache").global("torch._utils", "_rebuild_tensor_v2").mark();
+      q.global("__main__", "make").empty_tuple().reduce();
+      q.integer(0).mark().integer(1).tuple().mark().integer(1).tuple().boolean(false);
+      q.global("collections", "OrderedDict").empty_tuple().reduce().tuple().reduce();
+    });
+    p.stop();
+    const std::string msg = error_of(p);
+    EXPECT_TRUE(contains(msg, "its result is the root.cache (its storage)")) << msg;
+  }
+  {  // the module's own _backend, shared with a top-level entry (memo 9)
+    PickleBuilder p;
+    p.proto(2).empty_dict().mark().str("model");
+    placeholders::module_with_backend(p);
+    p.str("backend").binget(9).setitems().stop();
+    const std::string msg = error_of(p);
+    EXPECT_TRUE(contains(msg, "refused REDUCE of 'torch.nn.backends.thnn._get_thnn_function_backend'")) << msg;
+    EXPECT_TRUE(contains(msg, "its result is the root['backend']")) << msg;
+  }
 }
 
 TEST(Checkpoint, ObjectsThatAreNotModules) {

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <string>
 
@@ -247,6 +249,70 @@ TEST(Legacy, WholeModuleWithModuleClassPersistentIds) {
   EXPECT_EQ(to_float32(l.ck.tensors[1]), (std::vector<float>{3}));
   EXPECT_EQ(l.ck.attributes.at("batch_first"), "true");
 }
+
+// Whole modules as torch 0.2-0.4 saved them (tests/fixtures/old_torch,
+// make_old_torch_fixtures.py: the same trained weights in each file, read
+// back by torch 1.13's own torch.load when they were made).
+namespace old_torch {
+
+const std::string kDir = std::string(FERRY_FIXTURES_DIR) + "/old_torch/";
+
+Bytes file(const std::string& name) {
+  std::ifstream f(kDir + name, std::ios::binary);
+  return Bytes(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+}
+
+const std::vector<std::string> kNames = {"lstm.weight_ih_l0", "lstm.weight_hh_l0", "lstm.bias_ih_l0",
+                                         "lstm.bias_hh_l0", "fc.weight", "fc.bias"};
+
+void expect_the_module(const Loaded& l) {
+  ASSERT_EQ(l.ck.tensors.size(), kNames.size()) << l.ck.form;
+  for (size_t i = 0; i < kNames.size(); ++i) EXPECT_EQ(l.ck.tensors[i].name, kNames[i]);
+  EXPECT_EQ(l.ck.tensors[0].shape, (std::vector<int64_t>{32, 5}));
+  EXPECT_EQ(l.ck.attributes.at("lstm.batch_first"), "true");
+  EXPECT_EQ(l.ck.attributes.at("lstm.hidden_size"), "8");
+  ASSERT_EQ(l.ck.module_objects.size(), 3u);
+  EXPECT_EQ(l.ck.module_objects[1].class_name, "torch.nn.modules.rnn.LSTM");
+  EXPECT_EQ(l.ck.module_objects[2].path, "fc");
+}
+
+}  // namespace old_torch
+
+// torch 0.4: every module's _backend is REDUCE(torch.nn.backends.thnn.
+// _get_thnn_function_backend, ()), kept inert; module classes come as
+// ('module', class, source_file, source) persistent ids; the LSTM's four
+// parameters view one flat 'cuda:0' storage at their offsets.
+TEST(Legacy, Torch04WholeModuleWithThnnBackend) {
+  Loaded l = load(old_torch::file("module_v04.pt"));
+  EXPECT_EQ(l.ck.form, "legacy (pre-1.6) whole module (__main__.Net)");
+  old_torch::expect_the_module(l);
+  EXPECT_EQ(l.ck.tensors[0].storage, l.ck.tensors[3].storage);
+  EXPECT_EQ(l.ck.tensors[0].storage->location, "cuda:0");
+  EXPECT_EQ(l.ck.tensors[1].offset, 32 * 5);
+}
+
+// torch 0.3: _rebuild_tensor (v1), and Parameter pickled as a Variable:
+// REDUCE(Parameter, (tensor,)) then BUILD((requires_grad, False, None)).
+TEST(Legacy, Torch03WholeModule) {
+  Loaded l = load(old_torch::file("module_v03.pt"));
+  old_torch::expect_the_module(l);
+  Loaded v04 = load(old_torch::file("module_v04.pt"));
+  for (size_t i = 0; i < l.ck.tensors.size(); ++i)
+    EXPECT_EQ(to_float32(l.ck.tensors[i]), to_float32(v04.ck.tensors[i])) << l.ck.tensors[i].name;
+}
+
+// torch 0.2: the tar format (legacy_tar.h), tensors as str(id) persistent
+// ids resolved against the tensors and storages members.
+TEST(LegacyTar, Torch02WholeModule) {
+  Loaded l = load(old_torch::file("module_v02_tar.pt"));
+  EXPECT_EQ(l.ck.form, "legacy tar (PyTorch 0.1-0.2) whole module (__main__.Net)");
+  old_torch::expect_the_module(l);
+  Loaded v04 = load(old_torch::file("module_v04.pt"));
+  for (size_t i = 0; i < l.ck.tensors.size(); ++i)
+    EXPECT_EQ(to_float32(l.ck.tensors[i]), to_float32(v04.ck.tensors[i])) << l.ck.tensors[i].name;
+}
+
+TEST(LegacyTar, CorruptionNeverCrashes) { test::load_every_corruption(old_torch::file("module_v02_tar.pt"), 1, {0xA5}); }
 
 TEST(Legacy, CorruptionNeverCrashes) {
   test::load_every_corruption(two_tensor_file(), 1, {0xA5});

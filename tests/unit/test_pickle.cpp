@@ -314,6 +314,42 @@ TEST(Pickle, ReduceOfUnknownCallableIsRefused) {
   EXPECT_TRUE(contains(load_error(d.bytes), "torch.float32"));
 }
 
+// UnpickleLimits::call_placeholders: REDUCE of an inert class reference
+// becomes a placeholder recording the callable and the byte, never called;
+// refused globals, dtypes and storage classes stay refused.
+TEST(Pickle, CallPlaceholdersWhenAsked) {
+  UnpickleLimits limits;
+  limits.call_placeholders = true;
+  PickleBuilder p;
+  p.proto().global("torch.nn.backends.thnn", "_get_thnn_function_backend").empty_tuple().reduce().stop();
+  PickleTree t = load(p.bytes, nullptr, limits);
+  ASSERT_EQ(t.root->kind, Kind::Placeholder);
+  EXPECT_EQ(t.root->qualified_name(), "torch.nn.backends.thnn._get_thnn_function_backend");
+  EXPECT_EQ(t.root->integer, 54);  // PROTO(2) + GLOBAL(1 + 23 + 27) + EMPTY_TUPLE(1)
+  EXPECT_TRUE(contains(load_error(p.bytes), "refused REDUCE of 'torch.nn.backends.thnn._get_thnn_function_backend'"));
+  // REDUCE then BUILD (functools.partial's reduction) keeps the state, inert.
+  PickleBuilder b;
+  b.proto().global("functools", "partial").global("__main__", "f").tuple_n(1).reduce();
+  b.mark().global("__main__", "f").empty_tuple().empty_dict().none().tuple().build().stop();
+  t = load(b.bytes, nullptr, limits);
+  ASSERT_EQ(t.root->kind, Kind::Placeholder);
+  ASSERT_NE(t.root->state, nullptr);
+  EXPECT_EQ(t.root->state->kind, Kind::Tuple);
+  // Never for a refused global, a dtype, a storage class, or a placeholder.
+  PickleBuilder sys;
+  sys.proto().global("posix", "system").str("touch /tmp/ferry_pwned").tuple_n(1).reduce().stop();
+  EXPECT_TRUE(contains(load_error(sys.bytes, nullptr, limits), "refused global 'posix.system'"));
+  PickleBuilder d;
+  d.proto().global("torch", "float32").empty_tuple().reduce().stop();
+  EXPECT_TRUE(contains(load_error(d.bytes, nullptr, limits), "refused REDUCE of 'torch.float32'"));
+  PickleBuilder s;
+  s.proto().global("torch", "FloatStorage").empty_tuple().reduce().stop();
+  EXPECT_TRUE(contains(load_error(s.bytes, nullptr, limits), "refused REDUCE of 'torch.FloatStorage'"));
+  PickleBuilder twice;
+  twice.proto().global("__main__", "f").empty_tuple().reduce().empty_tuple().reduce().stop();
+  EXPECT_TRUE(contains(load_error(twice.bytes, nullptr, limits), "REDUCE of a call never made, not a global"));
+}
+
 TEST(Pickle, NewObjAndBuildMakeInertObjects) {
   PickleBuilder p;
   p.proto().global("__main__", "Net").put().empty_tuple().newobj().put();

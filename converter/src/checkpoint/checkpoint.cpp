@@ -8,6 +8,7 @@
 
 #include "checkpoint/dcp.h"
 #include "checkpoint/legacy.h"
+#include "checkpoint/legacy_tar.h"
 #include "checkpoint/pt2.h"
 #include "checkpoint/safetensors.h"
 #include "checkpoint/torchscript.h"
@@ -68,7 +69,7 @@ Checkpoint read_file(const MappedFile& file, const LoadOptions& options) {
     case Format::OtherPickle:
       throw Error(path + ": a Python pickle without the PyTorch magic number: not a torch.save checkpoint");
     case Format::Tar:
-      throw Error(path + ": the pre-0.3 PyTorch tar format is not supported");
+      return read_legacy_tar(file, options);
     case Format::Preview2018:
       throw Error(path + ": the 2018 'PYTORCH1' preview format is not supported (PyTorch itself refuses it)");
     case Format::Unknown:

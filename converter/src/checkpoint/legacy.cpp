@@ -166,7 +166,11 @@ Checkpoint read_legacy(const MappedFile& file, const LoadOptions& options) {
 
   StorageTable table;
   LegacyLoader loader(table);
-  const PickleTree main = next_pickle("main", &loader, UnpickleLimits{});
+  UnpickleLimits main_limits;
+  main_limits.call_placeholders = true;  // torch 0.3/0.4 modules hold their thnn _backend's call
+  const size_t main_at = pos;
+  const PickleTree main = next_pickle("main", &loader, main_limits);
+  check_call_placeholders(main.root, path + ": legacy stream, main pickle (" + at_byte(main_at) + ")");
   const size_t keys_at = pos;
   const PickleTree keys = next_pickle("storage key list", nullptr, UnpickleLimits{});
   if (keys.root->kind != Kind::List)

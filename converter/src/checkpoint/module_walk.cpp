@@ -222,5 +222,121 @@ void collect_module(const Value* root, const std::string& path, TensorCollector&
   }
 }
 
+namespace {
+
+// Where the placeholder walk stands: outside any module; inside a module's
+// attributes (anything goes); at a module's own state (its _parameters,
+// _buffers and _modules are outside again, its other attributes inside).
+enum class Place : uint8_t { Outside, InModule, ModuleState };
+
+// A value the walk reached, and from where (for the path in a refusal).
+struct Reached {
+  enum class How : uint8_t { Root, Key, Entry, Item, Args, State, Storage };
+  const Value* value;
+  size_t parent;  // index in the reached list; kNoParent for the root
+  How how;
+  size_t index;   // the entry or item index in the parent
+};
+constexpr size_t kNoParent = ~size_t{0};
+
+bool is_module(const Value* v) {
+  const Value* state = object_state(v);
+  return state && (state->get("_parameters") || state->get("_modules"));
+}
+
+// "the root['model']._modules['fc']._parameters['weight']"
+std::string path_of(const std::vector<Reached>& reached, size_t i) {
+  constexpr size_t kMaxPath = 300;
+  std::vector<size_t> chain;
+  for (size_t j = i; j != kNoParent; j = reached[j].parent) chain.push_back(j);
+  std::string out = "the root";
+  for (size_t k = chain.size(); k-- > 0 && out.size() < kMaxPath;) {
+    const Reached& r = reached[chain[k]];
+    if (r.how == Reached::How::Root) continue;
+    const Reached& up = reached[r.parent];
+    switch (r.how) {
+      case Reached::How::Root: break;
+      case Reached::How::Key: out += " (a dict key)"; break;
+      case Reached::How::Entry: {
+        const std::string key = key_text(up.value->entries[r.index].first);
+        out += up.how == Reached::How::State ? "." + key : "['" + key + "']";
+        break;
+      }
+      case Reached::How::Item: out += "[" + std::to_string(r.index) + "]"; break;
+      case Reached::How::Args: out += " (its arguments)"; break;
+      case Reached::How::State: break;  // its entries read as attributes
+      case Reached::How::Storage: out += " (its storage)"; break;
+    }
+  }
+  if (out.size() >= kMaxPath) out = out.substr(0, kMaxPath) + "...";
+  return out;
+}
+
+}  // namespace
+
+void check_call_placeholders(const Value* root, const std::string& label) {
+  using How = Reached::How;
+  std::vector<Reached> reached;
+  std::vector<std::pair<size_t, Place>> todo;
+  std::unordered_set<const Value*> seen[3];
+  auto push = [&](const Value* v, size_t parent, How how, size_t index, Place place) {
+    if (!v || seen[static_cast<int>(place)].count(v)) return;
+    reached.push_back({v, parent, how, index});
+    todo.emplace_back(reached.size() - 1, place);
+  };
+  push(root, kNoParent, How::Root, 0, Place::Outside);
+  while (!todo.empty()) {
+    const auto [i, place] = todo.back();
+    todo.pop_back();
+    const Value* v = reached[i].value;
+    if (!seen[static_cast<int>(place)].insert(v).second) continue;
+    // Plain containers keep the place they are in; a module's state is
+    // only special at its top.
+    const Place inner = place == Place::ModuleState ? Place::InModule : place;
+    switch (v->kind) {
+      case Kind::Placeholder:
+        if (place == Place::Outside)
+          throw Error(label + ": refused REDUCE of '" + v->qualified_name() + "' (not an allowlisted callable) at byte " +
+                      std::to_string(v->integer) + " (opcode 0x52 REDUCE): its result is " + path_of(reached, i) +
+                      "; a call ferry never makes is kept only as a plain attribute of a pickled nn.Module");
+        push(v->args, i, How::Args, 0, Place::InModule);
+        push(v->state, i, How::State, 0, Place::InModule);
+        break;
+      case Kind::Dict:
+        for (size_t n = 0; n < v->entries.size(); ++n) {
+          const auto& [k, value] = v->entries[n];
+          push(k, i, How::Key, n, inner);
+          Place p = inner;
+          if (place == Place::ModuleState && k->kind == Kind::String &&
+              (k->bytes == "_parameters" || k->bytes == "_buffers" || k->bytes == "_modules"))
+            p = Place::Outside;
+          push(value, i, How::Entry, n, p);
+        }
+        break;
+      case Kind::Tuple:
+      case Kind::List:
+      case Kind::Set:
+        // A module's (dict, slots) state: the dict is the module's state.
+        for (size_t n = 0; n < v->items.size(); ++n)
+          push(v->items[n], i, How::Item, n, place == Place::ModuleState && n == 0 ? Place::ModuleState : inner);
+        break;
+      case Kind::Object:
+        push(v->args, i, How::Args, 0, inner);
+        push(v->state, i, How::State, 0, is_module(v) ? Place::ModuleState : inner);
+        break;
+      case Kind::Call:
+        push(v->args, i, How::Args, 0, inner);
+        push(v->state, i, How::State, 0, inner);
+        break;
+      case Kind::Tensor:
+        push(v->tensor->storage, i, How::Storage, 0, Place::Outside);
+        push(v->state, i, How::State, 0, inner);
+        break;
+      default:
+        break;
+    }
+  }
+}
+
 }  // namespace detail
 }  // namespace ferry::conv

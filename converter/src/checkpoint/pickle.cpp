@@ -134,6 +134,7 @@ const char* kind_name(Kind k) {
     case Kind::Call: return "call";
     case Kind::Storage: return "storage";
     case Kind::Tensor: return "tensor";
+    case Kind::Placeholder: return "call never made";
   }
   return "?";
 }
@@ -147,7 +148,7 @@ const Value* Value::get(std::string_view key) const {
 
 std::string Value::qualified_name() const {
   if (kind == Kind::Global) return module + "." + name;
-  if ((kind == Kind::Object || kind == Kind::Call) && cls) return cls->qualified_name();
+  if ((kind == Kind::Object || kind == Kind::Call || kind == Kind::Placeholder) && cls) return cls->qualified_name();
   return kind_name(kind);
 }
 
@@ -690,6 +691,17 @@ Value* Unpickler::reduce(Value* callable, Value* args, int level) {
       }
       break;
     case GlobalKind::Class:
+      if (limits_.call_placeholders && level == 0) {
+        // Kept, never called; the reader checks where it ends up.
+        if (args->kind != Kind::Tuple) fail("arguments of '" + callable->qualified_name() + "' are not a tuple");
+        Value* v = arena_->make(Kind::Placeholder);
+        v->cls = callable;
+        v->args = args;
+        v->integer = static_cast<int64_t>(op_pos_);
+        set_depth(v, args);
+        return v;
+      }
+      break;
     case GlobalKind::DTypeObject:
     case GlobalKind::StorageClass:
     case GlobalKind::UntypedStorage:
@@ -818,6 +830,7 @@ void Unpickler::build(Value* target, Value* state) {
     case Kind::Dict:  // OrderedDict's {'_metadata': ...}: kept, not merged
     case Kind::Tensor:
     case Kind::Call:
+    case Kind::Placeholder:  // e.g. functools.partial: REDUCE, then BUILD
       target->state = state;
       set_depth(target, state);
       return;

@@ -12,7 +12,17 @@
 //   - REDUCE runs only a fixed interpretation of the known callables (an
 //     OrderedDict() becomes an empty Dict, _rebuild_tensor_v2(...) a Tensor,
 //     ...). REDUCE of anything else is refused with an Error naming
-//     `module.name` and the opcode's byte offset.
+//     `module.name` and the opcode's byte offset, with one exception a
+//     reader opts into (UnpickleLimits::call_placeholders): REDUCE of an
+//     inert class reference (GlobalKind::Class, never a refused global, nor
+//     a dtype or storage class) becomes a Kind::Placeholder that records
+//     the callable, its arguments and the byte offset, and is never called.
+//     The reader then checks where every placeholder ended up
+//     (reader_internal.h: check_call_placeholders): only as a plain
+//     attribute of a pickled nn.Module (torch 0.3/0.4 stored the module's
+//     `_backend`, torch.nn.backends.thnn._get_thnn_function_backend(), so);
+//     anywhere else (a state dict entry, a parameter, a tensor's storage,
+//     the root) it is refused with the same message REDUCE gave before.
 //   - NEWOBJ / NEWOBJ_EX of a class make a generic Object that records the
 //     class and arguments; BUILD stores its state. Nothing else happens.
 //   - BINPERSID hands the persistent id to a PersistentLoader supplied by the
@@ -106,6 +116,10 @@ enum class Kind : uint8_t {
   Call,      // REDUCE of a known callable kept as data: `cls` = callable, `args`
   Storage,   // result of the PersistentLoader: `storage`, `persistent_id`
   Tensor,    // _rebuild_tensor*: `tensor`
+  // REDUCE of an inert class reference, never made (call_placeholders):
+  // `cls` = the callable, `args`, `state` (a BUILD after it), `integer` =
+  // the REDUCE's byte offset in the stream.
+  Placeholder,
 };
 
 const char* kind_name(Kind k);  // "int", "str", "OrderedDict", ...
@@ -139,7 +153,7 @@ struct Value {
   // Global
   std::string module, name;
   GlobalKind global_kind = GlobalKind::Class;
-  // Object / Call
+  // Object / Call / Placeholder
   const Value* cls = nullptr;
   const Value* args = nullptr;
   const Value* state = nullptr;       // BUILD state (also kept for Dict/Tensor)
@@ -209,6 +223,12 @@ struct UnpickleLimits {
   // classes (a DCP .metadata: checkpoint/dcp.h) narrows the unpickler to
   // that set; is_refused_global() still applies first.
   bool (*allow_global)(std::string_view module, std::string_view name) = nullptr;
+  // When set, REDUCE of a GlobalKind::Class callable makes an inert
+  // Kind::Placeholder instead of an Error. Only a reader that then checks
+  // every placeholder's place (check_call_placeholders) sets it: torch.save
+  // main pickles (zip, legacy stream, pre-0.3 tar), which may hold whole
+  // modules.
+  bool call_placeholders = false;
 };
 
 struct PickleTree {

@@ -182,6 +182,18 @@ void select_tensors(const Value* root, const std::string& container, const std::
 void collect_module(const Value* module, const std::string& path, TensorCollector& collect,
                     Checkpoint& out);
 
+// The placeholders a stream unpickled with UnpickleLimits::call_placeholders
+// holds (calls of inert class references, never made: pickle.h) must each
+// sit only as a plain attribute of a pickled nn.Module, or inside one (a
+// module's `_backend`, a functools.partial in its __dict__); not in its
+// _parameters, _buffers or _modules, not as a tensor's storage, not in a
+// state dict, not as the root. Walks the tree from `root` (each value
+// visited at most twice: shared and cyclic trees are fine) and throws the
+// Error REDUCE would have thrown for the first placeholder found elsewhere:
+// "<label>: refused REDUCE of 'module.name' (not an allowlisted callable)
+// at byte N (opcode 0x52 REDUCE): ..." with where it was found.
+void check_call_placeholders(const Value* root, const std::string& label);
+
 // The state dict of an Object: its BUILD state, or state[0] of a
 // (dict, slots) tuple; nullptr when there is none.
 const Value* object_state(const Value* object);

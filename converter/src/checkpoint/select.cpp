@@ -13,6 +13,7 @@ namespace ferry::conv::detail {
 std::string describe_value(const Value* v) {
   if (v->kind == Kind::Object) return "object of class " + v->qualified_name();
   if (v->kind == Kind::Call) return v->qualified_name() + "(...)";
+  if (v->kind == Kind::Placeholder) return "call of " + v->qualified_name() + " (never made)";
   return kind_name(v->kind);
 }
 

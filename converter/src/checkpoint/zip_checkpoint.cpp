@@ -16,7 +16,11 @@ Checkpoint read_zip_checkpoint(const ZipReader& zip, const std::string& path, co
 
   StorageTable table;
   ZipStorageLoader loader(zip, "data", big_endian, table);
-  const PickleTree tree = unpickle(pickle_bytes.data, pickle_bytes.size, zip.describe(*pkl), &loader);
+  UnpickleLimits limits;
+  limits.call_placeholders = true;  // whole modules may hold calls never made
+  const std::string label = zip.describe(*pkl);
+  const PickleTree tree = unpickle(pickle_bytes.data, pickle_bytes.size, label, &loader, limits);
+  check_call_placeholders(tree.root, label);
 
   Checkpoint out;
   select_tensors(tree.root, "zip", path, table, options, out);
