@@ -4,8 +4,8 @@
 // see pickle.h.
 //
 // load_checkpoint() detects the container from the bytes and hands the file
-// to one reader (zip_checkpoint.h, legacy.h, torchscript.h, safetensors.h,
-// pt2.h);
+// to one reader (zip_checkpoint.h, legacy.h, legacy_tar.h, torchscript.h,
+// safetensors.h, pt2.h);
 // the readers share their internals through reader_internal.h and never call
 // one another. open_checkpoint() takes a path, which may also name a
 // distributed checkpoint directory (dcp.h).
@@ -100,8 +100,8 @@ struct LoadOptions {
 
 // Reads the checkpoint in `file`, whichever container the bytes show (never
 // the extension): a torch.save zip (bare state dict, training checkpoint
-// dict, whole pickled module), the legacy pre-1.6 pickle stream (same
-// shapes), a TorchScript archive, a torch.export archive (.pt2), or
+// dict, whole pickled module), the legacy pre-1.6 pickle stream and the
+// pre-0.3 tar format (same shapes), a TorchScript archive, a torch.export archive (.pt2), or
 // safetensors. Throws Error with a precise
 // message (file name, record, tensor, byte offset) on anything malformed or
 // unsupported.

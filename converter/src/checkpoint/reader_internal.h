@@ -13,6 +13,7 @@
 // and the readers, one per container (each with its header):
 //   zip_checkpoint.cpp  torch.save zip archives (PYTORCH_FORMAT.md §1)
 //   legacy.cpp          the pre-1.6 pickle stream (§2)
+//   legacy_tar.cpp      the pre-0.3 tar format (torch 0.1-0.2)
 //   torchscript.cpp     torch.jit.save archives (§3)
 //   safetensors.cpp     safetensors files (§6)
 //   pt2.cpp             torch.export archives (§8), with pt2_json.cpp (the
