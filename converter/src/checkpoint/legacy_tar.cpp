@@ -326,9 +326,11 @@ std::map<int64_t, TarTensor> read_tensors(Section& s, const StorageTable& table)
     if (!st) throw Error(where + ": tensor " + std::to_string(key) + " names storage " + storage_key + ", which the archive does not hold");
     if (out.count(key)) throw Error(where + ": tensor " + std::to_string(key) + " is stored twice");
     const std::string name = "tensor " + std::to_string(key);
+    // A little-endian int32, then 4 unused bytes (torch once wrote an int64).
     const uint8_t* nd = s.take(8, "the dimension count of " + name);
+    const uint32_t u = uint32_t(nd[0]) | (uint32_t(nd[1]) << 8) | (uint32_t(nd[2]) << 16) | (uint32_t(nd[3]) << 24);
     int32_t ndim;
-    std::memcpy(&ndim, nd, sizeof ndim);  // little-endian int32; 4 unused bytes follow
+    std::memcpy(&ndim, &u, sizeof ndim);
     if (ndim < 0 || ndim > kMaxDims) throw Error(where + ": " + name + " has " + std::to_string(ndim) + " dimensions");
     TarTensor t;
     for (int32_t d = 0; d < ndim; ++d) t.size.push_back(s.i64("the sizes of " + name));
