@@ -81,9 +81,15 @@ std::vector<Member> tar_members(const uint8_t* d, size_t n, const std::string& p
     for (size_t i = 0; i < kBlock && zero; ++i) zero = h[i] == 0;
     if (zero) return out;  // the end-of-archive blocks (what follows is padding)
     const std::string where = path + ": tar header " + at_byte(pos);
+    // The checksum field counts as spaces; some writers sum signed chars.
     uint64_t checksum = 0, sum = 0;
-    for (size_t i = 0; i < kBlock; ++i) sum += (i >= 148 && i < 156) ? ' ' : h[i];
-    if (!octal(h, 148, 8, checksum) || checksum != sum)
+    int64_t signed_sum = 0;
+    for (size_t i = 0; i < kBlock; ++i) {
+      const uint8_t b = (i >= 148 && i < 156) ? ' ' : h[i];
+      sum += b;
+      signed_sum += static_cast<int8_t>(b);
+    }
+    if (!octal(h, 148, 8, checksum) || (checksum != sum && static_cast<int64_t>(checksum) != signed_sum))
       throw Error(where + ": bad header checksum (not a PyTorch 0.1-0.2 tar archive, or corrupt)");
     Member m;
     m.type = static_cast<char>(h[156]);
