@@ -363,19 +363,41 @@ TEST(Pt2Chain, ConvFrontEndGivesChannelsFirst) {
                             "the time axis, but it is the feature axis")) << msg;
 }
 
-TEST(Pt2Chain, SequenceOutputMustKeepTheInputLayout) {
-  // conv -> transpose -> return: PyTorch returns [B, T, C] for a [B, C, T]
-  // input; ferry's sequence output keeps [B, C, T]: refused, not silently
-  // transposed.
-  GraphWriter g;
-  g.parameter("p_conv", "conv.weight").input("x", {2, 4, 9});
-  g.node("aten.conv1d.default", {"conv1d"}, {{"input", arg_tensor("x")}, {"weight", arg_tensor("p_conv")}}, "conv",
-         "torch.nn.modules.conv.Conv1d");
-  g.node("aten.transpose.int", {"t"}, {{"self", arg_tensor("conv1d")}, {"dim0", arg_int(1)}, {"dim1", arg_int(2)}});
-  g.output("t");
-  const std::string msg = chain_error(g, {{"conv.weight", {3, 4, 3}}});
-  EXPECT_TRUE(contains(msg, "the graph returns [batch, time, feature]; ferry's output is [batch, feature], or a sequence "
-                            "in the input's own layout [batch, feature, time]")) << msg;
+TEST(Pt2Chain, SequenceOutputLayoutIsReadFromTheGraph) {
+  // conv -> transpose / permute -> return: PyTorch returns [B, T, C] (or
+  // [T, B, C]) for a [B, C, T] input; ferry's output is in that layout too
+  // (ExportChain::output_layout), not silently in the input's.
+  const auto graph = [](const char* op, const std::vector<int64_t>& dims) {
+    GraphWriter g;
+    g.parameter("p_conv", "conv.weight").input("x", {2, 4, 9});
+    g.node("aten.conv1d.default", {"conv1d"}, {{"input", arg_tensor("x")}, {"weight", arg_tensor("p_conv")}}, "conv",
+           "torch.nn.modules.conv.Conv1d");
+    if (std::string(op) == "transpose") {
+      g.node("aten.transpose.int", {"t"},
+             {{"self", arg_tensor("conv1d")}, {"dim0", arg_int(dims[0])}, {"dim1", arg_int(dims[1])}});
+    } else {
+      g.node("aten.permute.default", {"t"}, {{"self", arg_tensor("conv1d")}, {"dims", arg_ints(dims)}});
+    }
+    g.output("t");
+    return g;
+  };
+  const Shapes tensors = {{"conv.weight", {3, 4, 3}}};
+  ExportChain c = chain_of(graph("transpose", {1, 2}), tensors);
+  EXPECT_EQ(c.graph, "conv");
+  EXPECT_EQ(c.layout, ExportInputLayout::kChannelsFirst);
+  ASSERT_TRUE(c.output_layout.has_value());
+  EXPECT_EQ(*c.output_layout, ExportInputLayout::kBatchFirst);
+  c = chain_of(graph("permute", {2, 0, 1}), tensors);
+  ASSERT_TRUE(c.output_layout.has_value());
+  EXPECT_EQ(*c.output_layout, ExportInputLayout::kTimeMajor);
+  // The identity permute: the input's layout, nothing recorded.
+  c = chain_of(graph("permute", {0, 1, 2}), tensors);
+  EXPECT_FALSE(c.output_layout.has_value());
+  // Axes in no layout ferry writes: refused.
+  const std::string msg = chain_error(graph("permute", {2, 1, 0}), tensors);
+  EXPECT_TRUE(contains(msg, "the graph returns [time, feature, batch]; ferry's output is [batch, feature], or a "
+                            "sequence [batch, time, feature], [time, batch, feature] or [batch, feature, time]"))
+      << msg;
 }
 
 TEST(Pt2Chain, OpsFerryDoesNotRunAreRefusedOnTheChainOnly) {

@@ -442,6 +442,44 @@ TEST(ScriptChain, TransposeBeforeATimeMajorLstmMeansBatchFirstInput) {
   EXPECT_EQ(r.layout, InputLayout::kBTF);
 }
 
+TEST(ScriptChain, ASequenceReturnedTransposedRecordsTheOutputLayout) {
+  // The time-major LSTM's [T, B, H] returned as it is from a [B, T, F] input:
+  // the output's layout is tbf, not the input's.
+  const auto net = [](const std::string& ret) {
+    return describe(lstm_tensors("lstm", 5, 8),
+                    {{"", "__torch__.Net",
+                      forward({"lstm = self.lstm", "_0 = (lstm).forward(torch.transpose(x, 0, 1), )", "return " + ret}),
+                      false, {}},
+                     traced_lstm("lstm", "y", false)});
+  };
+  RecordedChain r = chain_of(net("_0"));
+  EXPECT_EQ(r.graph, "lstm");
+  EXPECT_EQ(r.layout, InputLayout::kBTF);
+  EXPECT_EQ(r.output_layout, InputLayout::kTBF);
+  r = chain_of(net("torch.transpose(_0, 0, 1)"));
+  EXPECT_EQ(r.output_layout, std::nullopt) << "back in the input's layout";
+  // A Linear (per step) does not say where the batch is: a transposed
+  // return then means different layouts for [B, T, F] and [T, B, F].
+  const Described d = describe(linear_tensors("fc", 5, 3),
+                               {{"", "__torch__.Net",
+                                 forward({"fc = self.fc", "return torch.transpose((fc).forward(x, ), 0, 1)"}), false, {}},
+                                traced_linear("fc")});
+  EXPECT_NE(refusal(d).find("forward returns its sequence transposed, and nothing in it says whether its input is "
+                            "[B, T, F] or [T, B, F]: pass --graph, --layout and --output-layout"),
+            std::string::npos)
+      << refusal(d);
+  // Axes in no layout ferry writes ([T, F, B]): refused.
+  const Described p = describe(lstm_tensors("lstm", 5, 8),
+                               {{"", "__torch__.Net",
+                                 forward({"lstm = self.lstm", "_0 = (lstm).forward(torch.transpose(x, 0, 1), )",
+                                          "return torch.permute(_0, [0, 2, 1])"}),
+                                 false, {}},
+                                traced_lstm("lstm", "y", false)});
+  EXPECT_NE(refusal(p).find("forward returns a sequence whose axes are not [B, T, F], [T, B, F] or [B, F, T]"),
+            std::string::npos)
+      << refusal(p);
+}
+
 TEST(ScriptChain, RefusalsNameTheLineAndWhy) {
   const auto tensors = lstm_tensors("lstm", 5, 8) + linear_tensors("fc", 8, 2);
   const std::vector<Object> children = {traced_lstm("lstm", "y"), traced_linear("fc")};
