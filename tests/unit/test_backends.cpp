@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstddef>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -1077,6 +1078,34 @@ TEST(Backends, OutputLayoutOnEveryCpuBackend) {
     }
   }
   EXPECT_GE(runs, 2 * 3 * 9 * 2);
+}
+
+// ferry_model_info grows by appending: a caller compiled before
+// output_layout passes a smaller struct, which is filled up to its size and
+// not a byte past it.
+TEST(Backends, ModelInfoBeforeOutputLayoutIsFilledToItsSize) {
+  ModelPlan plan = ferry::test::make_plan([] {
+    ferry::test::ModelSpec s;
+    s.layers = {ferry::test::LayerSpec{LayerOp::GRU, 8}};
+    return s;
+  }());
+  plan.output_layout = Layout::kBatchFirst;
+  const std::vector<uint8_t> bytes = build_model(plan).to_vector();
+  ferry_model* model = nullptr;
+  ASSERT_EQ(ferry_model_load(bytes.data(), bytes.size(), nullptr, &model), FERRY_OK) << ferry_last_error();
+  ferry_model_info info;
+  std::memset(&info, 0x5a, sizeof info);
+  info.struct_size = offsetof(ferry_model_info, output_layout);
+  ASSERT_EQ(ferry_model_get_info(model, &info), FERRY_OK);
+  EXPECT_EQ(info.min_seq, 1u);
+  int untouched;
+  std::memset(&untouched, 0x5a, sizeof untouched);
+  EXPECT_EQ(info.output_layout, untouched);
+  info.struct_size = sizeof info;
+  ASSERT_EQ(ferry_model_get_info(model, &info), FERRY_OK);
+  EXPECT_EQ(info.output_layout, FERRY_LAYOUT_BATCH_FIRST);
+  EXPECT_EQ(info.batch_first, 0);
+  ferry_model_free(model);
 }
 
 }  // namespace
