@@ -171,8 +171,11 @@ ConvertResult convert(const ConvertRequest& request) {
   ModelPlan& plan = planned.plan;
   plan.source_file = basename_of(request.input);
   // Hashed on a second core beside the weights, joined once they are written.
-  auto sha256 = std::async(std::launch::async, [&input] { return input.sha256(); });
-  plan.source_sha256_async = [&sha256] { return sha256.get(); };
+  std::future<std::string> sha256;
+  if (!request.plan_only) {
+    sha256 = std::async(std::launch::async, [&input] { return input.sha256(); });
+    plan.source_sha256_async = [&sha256] { return sha256.get(); };
+  }
   plan.source_format = checkpoint.form;
   plan.converter_version = std::string("ferry ") + FERRY_VERSION_STRING;
 
@@ -202,7 +205,12 @@ ConvertResult convert(const ConvertRequest& request) {
     if (r.layer < 0) report.ignored.emplace_back(r.source_key, r.role);
   for (const auto& f : modules.folded) report.folded.push_back(f->name + " = " + f->derivation);
   report.notes = planned.notes;
+  report.assumptions = plan.assumptions;
   for (const TensorPlan& t : plan.tensors) report.weight_bytes += t.numel() * sizeof(float);
+  if (request.plan_only) {
+    if (request.on_plan) request.on_plan(report);
+    return result;
+  }
   report.selftest_stored = request.selftest == SelfTestPolicy::Always ||
                            (request.selftest == SelfTestPolicy::Auto && report.weight_bytes <= kAutoSelfTestWeightBytes);
   if (plan.input_is_tokens && report.selftest_stored) {

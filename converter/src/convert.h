@@ -46,6 +46,9 @@ struct ConvertRequest {
   std::string key;                    // --key: the entry of a checkpoint dict
   std::optional<std::string> c_array; // --c-array: also write the model as a C header here
   SelfTestPolicy selftest = SelfTestPolicy::Auto;
+  // Read and plan only (`ferry inspect`): the report's read and planned
+  // parts; nothing is quantized or written, no self-test is planned.
+  bool plan_only = false;
   QuantizeRequest quantize;           // --quantize, --calibration, --max-error, --fallback
   Progress progress;                  // while the weights are written
   // Called as each long step starts ("reading", "quantizing: GPTQ
@@ -86,7 +89,8 @@ struct ConvertReport {
   // Weights folded from weight norm / spectral norm parts, as
   // "fc.weight = weight_norm(fc.weight_g, fc.weight_v, dim 0)".
   std::vector<std::string> folded;
-  std::vector<std::string> notes;              // assumptions the user should know
+  std::vector<std::string> notes;              // what the user should know
+  std::vector<Assumption> assumptions;         // hyper-parameters assumed (plan/model_plan.h)
   uint64_t weight_bytes = 0;                   // float32 weights as planned
   bool selftest_stored = false;
   // Quantized (after on_plan; quantization.requested empty when not asked).

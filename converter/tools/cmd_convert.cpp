@@ -13,6 +13,7 @@
 #include "commands.h"
 #include "convert.h"
 #include "plan/quantization.h"
+#include "text.h"
 
 namespace ferry::cli {
 namespace {
@@ -90,9 +91,11 @@ class StageLine {
 void print_plan(const std::string& in, const ConvertReport& r, Verbosity verbosity) {
   std::string locations;
   for (const std::string& l : r.storage_locations) locations += (locations.empty() ? "" : ", ") + l;
-  std::printf("read     %s: %s, %zu tensors, storages on %s\n", in.c_str(), r.form.c_str(), r.tensor_count,
-              locations.empty() ? "none" : locations.c_str());
-  std::printf("graph    %s%s\n", r.graph.c_str(), r.graph_inferred ? "  (inferred)" : "");
+  // Names from the file are escaped (text.h): one line each, whatever they hold.
+  const auto e = [](const std::string& s) { return conv::escaped(s); };
+  std::printf("read     %s: %s, %zu tensors, storages on %s\n", in.c_str(), e(r.form).c_str(), r.tensor_count,
+              locations.empty() ? "none" : e(locations).c_str());
+  std::printf("graph    %s%s\n", e(r.graph).c_str(), r.graph_inferred ? "  (inferred)" : "");
   const char* layout = r.channels_first ? "channels-first [B,F,T]"
                        : r.batch_first    ? (r.input_is_tokens ? "batch-first token ids [B,T]" : "batch-first [B,T,F]")
                                           : (r.input_is_tokens ? "time-major token ids [T,B]" : "time-major [T,B,F]");
@@ -106,17 +109,18 @@ void print_plan(const std::string& in, const ConvertReport& r, Verbosity verbosi
   std::printf("layout   %s (%s)%s\n", layout, r.batch_first_source.c_str(), output.c_str());
   for (size_t i = 0; i < r.layers.size(); ++i) {
     const conv::LayerSummary& l = r.layers[i];
-    std::printf("layer %zu  %-10s %s  %u -> %u\n", i, l.name.c_str(), l.description.c_str(), l.input_size,
+    std::printf("layer %zu  %-10s %s  %u -> %u\n", i, e(l.name).c_str(), e(l.description).c_str(), l.input_size,
                 l.output_size);
   }
-  for (const std::string& f : r.folded) std::printf("folded   %s\n", f.c_str());
+  for (const std::string& f : r.folded) std::printf("folded   %s\n", e(f).c_str());
   const size_t shown = verbosity == Verbosity::Verbose ? r.ignored.size() : std::min<size_t>(r.ignored.size(), 8);
   for (size_t i = 0; i < shown; ++i)
-    std::printf("ignored  %s (%s)\n", r.ignored[i].first.c_str(), r.ignored[i].second.c_str());
+    std::printf("ignored  %s (%s)\n", e(r.ignored[i].first).c_str(), e(r.ignored[i].second).c_str());
   if (r.ignored.size() > shown) {
     std::printf("ignored  ... and %zu more (ferry inspect, or --verbose, lists them)\n", r.ignored.size() - shown);
   }
-  for (const std::string& n : r.notes) std::fprintf(stderr, "ferry: note: %s\n", n.c_str());
+  for (const std::string& n : conv::assumption_lines(r.assumptions)) std::fprintf(stderr, "ferry: note: %s\n", e(n).c_str());
+  for (const std::string& n : r.notes) std::fprintf(stderr, "ferry: note: %s\n", e(n).c_str());
 }
 
 void print_stats(const char* what, const conv::ErrorStatsPlan& e) {

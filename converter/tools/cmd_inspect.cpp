@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
@@ -18,6 +19,7 @@
 #include "checkpoint/dcp.h"
 #include "cli_model.h"
 #include "commands.h"
+#include "convert.h"
 #include "ferry/ferry_generated.h"
 #include "io/mapped_file.h"
 #include "io/sha256.h"
@@ -25,12 +27,20 @@
 #include "mapping/modules.h"
 #include "mapping/script_chain.h"
 #include "mapping/sequential_chain.h"
+#include "plan/planner.h"
+#include "text.h"
 #include "weight_layout.h"
 
 namespace ferry::cli {
 namespace {
 
 using namespace ferry::conv;
+
+// A string of the model file, escaped for one line (text.h); `absent` when
+// the field is not there.
+std::string file_text(const flatbuffers::String* s, const char* absent) {
+  return s ? escaped(s->str()) : std::string(absent);
+}
 
 // ", per row, scales [min, max] |s|" for a quantized tensor (its scales
 // were checked by the loader).
@@ -65,13 +75,13 @@ std::string scale_summary(const ferry::fb::Model* m, const ferry::fb::Tensor* t)
 
 void print_stats(const ferry::fb::ErrorStats* e) {
   if (!e) return;
-  std::printf("accuracy %-10s %-4s max abs %.3g  rms %.3g  cosine %.6f\n", e->name() ? e->name()->c_str() : "",
+  std::printf("accuracy %-10s %-4s max abs %.3g  rms %.3g  cosine %.6f\n", file_text(e->name(), "").c_str(),
               ferry::fb::EnumNameDType(e->dtype()), e->max_abs(), e->rms(), e->cosine());
 }
 
 void print_quantization(const ferry::fb::Quantization* q) {
-  std::printf("quantize %s, measured against fp32 on %s%s\n", q->requested() ? q->requested()->c_str() : "?",
-              q->input() ? q->input()->c_str() : "?",
+  std::printf("quantize %s, measured against fp32 on %s%s\n", file_text(q->requested(), "?").c_str(),
+              file_text(q->input(), "?").c_str(),
               q->max_error() > 0 ? (", --max-error " + std::to_string(q->max_error())).c_str() : "");
   if (q->layers()) {
     for (const auto* e : *q->layers()) print_stats(e);
@@ -101,6 +111,16 @@ std::string json_string(const std::string& s) {
   return out + "\"";
 }
 
+// The hyper-parameters the conversion assumed (Provenance.assumptions).
+std::vector<Assumption> stored_assumptions(const ferry::fb::Model* m) {
+  std::vector<Assumption> out;
+  if (!m->provenance() || !m->provenance()->assumptions()) return out;
+  const auto text = [](const flatbuffers::String* s) { return s ? escaped(s->str()) : std::string(); };
+  for (const auto* a : *m->provenance()->assumptions())
+    out.push_back({text(a->layer()), text(a->parameter()), text(a->value()), text(a->override())});
+  return out;
+}
+
 // A sequence output's layout as the runtime reads it (ferry_model_info).
 int output_layout(const ferry_model* model) {
   ferry_model_info info{};
@@ -126,8 +146,14 @@ int inspect_model_json(const std::string& path) {
   for (uint32_t i = 0; i < m->layers()->size(); ++i) {
     const auto* l = m->layers()->Get(i);
     layers += std::string(i ? ", " : "") + "{\"kind\": " + json_string(ferry::fb::EnumNameLayerKind(l->kind())) +
-              ", \"name\": " + json_string(l->name() ? l->name()->c_str() : "") +
+              ", \"name\": " + json_string(file_text(l->name(), "").c_str()) +
               ", \"in\": " + std::to_string(l->input_size()) + ", \"out\": " + std::to_string(l->output_size()) + "}";
+  }
+  std::string assumptions;
+  for (const Assumption& a : stored_assumptions(m)) {
+    assumptions += std::string(assumptions.empty() ? "" : ", ") + "{\"layer\": " + json_string(a.layer) +
+                   ", \"parameter\": " + json_string(a.parameter) + ", \"value\": " + json_string(a.value) +
+                   ", \"override\": " + json_string(a.override) + "}";
   }
   for (const BackendVerdict& v : verdicts) {
     if (v.runs) runs += std::string(runs.empty() ? "" : ", ") + json_string(v.name);
@@ -137,12 +163,13 @@ int inspect_model_json(const std::string& path) {
   }
   std::printf("{\"file\": %s, \"format\": \"%u.%u\", \"bytes\": %zu, \"input_size\": %u, \"output_size\": %u, "
               "\"layout\": \"%s\", \"output_is_sequence\": %s, \"output_layout\": %s, \"layers\": [%s], "
-              "\"backends\": [%s], \"backend_detail\": [%s]}\n",
+              "\"backends\": [%s], \"backend_detail\": [%s], \"assumptions\": [%s]}\n",
               json_string(path).c_str(), m->format_major(), m->format_minor(), lm.file.size(), m->input_size(),
               m->output_size(), m->channels_first() ? "bft" : m->batch_first() ? "btf" : "tbf",
               m->output_is_sequence() ? "true" : "false",
               m->output_is_sequence() ? json_string(layout_code(output_layout(lm.model))).c_str() : "null",
-              layers.c_str(), runs.c_str(), detail.c_str());
+              layers.c_str(), runs.c_str(), detail.c_str(),
+              assumptions.c_str());
   return 0;
 }
 
@@ -169,7 +196,7 @@ int inspect_model(const std::string& path) {
   }
   for (uint32_t i = 0; i < m->layers()->size(); ++i) {
     const auto* l = m->layers()->Get(i);
-    std::printf("layer %u  %-10s %-8s %u -> %u", i, l->name() ? l->name()->c_str() : "",
+    std::printf("layer %u  %-10s %-8s %u -> %u", i, file_text(l->name(), "").c_str(),
                 ferry::fb::EnumNameLayerKind(l->kind()), l->input_size(), l->output_size());
     if (l->hidden_size()) {
       std::printf("  hidden %u, layers %u%s", l->hidden_size(), l->num_layers(),
@@ -185,7 +212,7 @@ int inspect_model(const std::string& path) {
       std::string shape;
       for (uint32_t d = 0; t->shape() && d < t->shape()->size(); ++d)
         shape += (d ? ", " : "") + std::to_string(t->shape()->Get(d));
-      std::printf("tensor %-3u %-28s %s [%s] %s @%llu, %llu bytes%s\n", i, t->name() ? t->name()->c_str() : "",
+      std::printf("tensor %-3u %-28s %s [%s] %s @%llu, %llu bytes%s\n", i, file_text(t->name(), "").c_str(),
                   ferry::fb::EnumNameDType(t->dtype()), shape.c_str(), ferry::fb::EnumNameTensorLayout(t->layout()),
                   static_cast<unsigned long long>(t->offset()), static_cast<unsigned long long>(t->size()),
                   scale_summary(m, t).c_str());
@@ -202,15 +229,16 @@ int inspect_model(const std::string& path) {
   }
   if (const auto* q = m->quantization()) print_quantization(q);
   if (const auto* p = m->provenance()) {
-    std::printf("source   %s (%s), sha256 %s\n", p->source_file() ? p->source_file()->c_str() : "?",
-                p->source_format() ? p->source_format()->c_str() : "?",
-                p->source_sha256() ? p->source_sha256()->c_str() : "?");
-    std::printf("made by  %s\n", p->converter_version() ? p->converter_version()->c_str() : "?");
+    std::printf("source   %s (%s), sha256 %s\n", file_text(p->source_file(), "?").c_str(),
+                file_text(p->source_format(), "?").c_str(),
+                file_text(p->source_sha256(), "?").c_str());
+    std::printf("made by  %s\n", file_text(p->converter_version(), "?").c_str());
+    for (const std::string& line : assumption_lines(stored_assumptions(m))) std::printf("assumed  %s\n", line.c_str());
     if (p->mapping()) {
       for (const auto* r : *p->mapping()) {
-        std::printf("map      %-32s -> %s %s\n", r->source_key() ? r->source_key()->c_str() : "",
+        std::printf("map      %-32s -> %s %s\n", file_text(r->source_key(), "").c_str(),
                     r->layer() >= 0 ? ("layer " + std::to_string(r->layer())).c_str() : "ignored:",
-                    r->role() ? r->role()->c_str() : "");
+                    file_text(r->role(), "").c_str());
       }
     }
   }
@@ -255,13 +283,62 @@ RecordedChainText recorded_chain_text(const Checkpoint& c, const ModuleSet& modu
   return out;
 }
 
-int inspect_checkpoint(const std::string& path, const std::string& key, bool json) {
+struct InspectOptions {
+  std::string file, key, graph, layout, output_layout;
+  bool json = false, batch_first = false;
+  CLI::Option *graph_opt = nullptr, *layout_opt = nullptr, *output_layout_opt = nullptr;
+};
+
+Layout layout_named(const std::string& name) {
+  return name == "btf" ? Layout::kBatchFirst : name == "tbf" ? Layout::kTimeMajor : Layout::kChannelsFirst;
+}
+
+const char* layout_code(Layout l) {
+  return l == Layout::kBatchFirst ? "btf" : l == Layout::kTimeMajor ? "tbf" : "bft";
+}
+
+// What `ferry convert` would make of the checkpoint with the same options:
+// the chain, both layouts, the layers and every hyper-parameter it would
+// assume. Planned only: nothing is written. `error` says why it cannot be.
+struct PlanView {
+  std::optional<ConvertReport> report;
+  std::string error;
+};
+
+PlanView plan_checkpoint(const InspectOptions& o) {
+  ConvertRequest request;
+  request.input = o.file;
+  request.key = o.key;
+  request.plan_only = true;
+  if (o.graph_opt && o.graph_opt->count()) request.graph = o.graph;
+  if (o.batch_first) request.batch_first = true;
+  if (o.layout_opt && o.layout_opt->count()) request.layout = layout_named(o.layout);
+  if (o.output_layout_opt && o.output_layout_opt->count()) request.output_layout = layout_named(o.output_layout);
+  PlanView v;
+  try {
+    v.report = convert(request).report;
+  } catch (const Error& e) {
+    v.error = e.what();
+  }
+  return v;
+}
+
+std::string input_layout_code(const ConvertReport& r) {
+  if (r.channels_first) return "bft";
+  if (r.input_is_tokens) return r.batch_first ? "bt" : "tb";
+  return r.batch_first ? "btf" : "tbf";
+}
+
+int inspect_checkpoint(const InspectOptions& o) {
+  const std::string& path = o.file;
+  const bool json = o.json;
   LoadOptions load;
-  load.key = key;
+  load.key = o.key;
   const CheckpointInput input = open_checkpoint(path, load);
   const Checkpoint& c = input.checkpoint;
   const ModuleSet modules = group_modules(c);
   const RecordedChainText chain = recorded_chain_text(c, modules);
+  const PlanView plan = plan_checkpoint(o);
   if (json) {
     nlohmann::ordered_json j;
     j["file"] = path;
@@ -288,7 +365,7 @@ int inspect_checkpoint(const std::string& path, const std::string& key, bool jso
     for (const Module& m : modules.modules) j["modules"].push_back({{"path", m.path}, {"description", m.describe()}});
     j["ignored"] = nlohmann::ordered_json::array();
     for (const auto& [k, why] : modules.ignored) j["ignored"].push_back({{"name", k}, {"reason", why}});
-    for (const auto& [k, why] : c.ignored) j["ignored"].push_back({{"name", k}, {"reason", why}});
+    // (group_modules starts from the checkpoint's own ignored entries.)
     if (!chain.from.empty()) {
       j["recorded_chain"] = {{"from", chain.from}};
       if (chain.not_read.empty()) {
@@ -299,10 +376,35 @@ int inspect_checkpoint(const std::string& path, const std::string& key, bool jso
         j["recorded_chain"]["not_read"] = chain.not_read;
       }
     }
-    std::printf("%s\n", j.dump(1).c_str());
+    // JSON escapes control characters itself; a byte that is not UTF-8
+    // (a name the file holds) becomes U+FFFD rather than an exception.
+    if (plan.report) {
+      const ConvertReport& r = *plan.report;
+      nlohmann::ordered_json p;
+      p["graph"] = r.graph;
+      p["graph_inferred"] = r.graph_inferred;
+      p["layout"] = input_layout_code(r);
+      p["layout_source"] = r.batch_first_source;
+      p["output_layout"] = r.output_layout ? nlohmann::ordered_json(layout_code(*r.output_layout)) : nullptr;
+      p["layers"] = nlohmann::ordered_json::array();
+      for (const LayerSummary& l : r.layers) {
+        p["layers"].push_back({{"name", l.name}, {"description", l.description}, {"in", l.input_size},
+                               {"out", l.output_size}});
+      }
+      p["assumptions"] = nlohmann::ordered_json::array();
+      for (const Assumption& a : r.assumptions) {
+        p["assumptions"].push_back(
+            {{"layer", a.layer}, {"parameter", a.parameter}, {"value", a.value}, {"override", a.override}});
+      }
+      p["notes"] = r.notes;
+      j["plan"] = p;
+    } else {
+      j["plan"] = {{"not_planned", plan.error}};
+    }
+    std::printf("%s\n", j.dump(1, ' ', false, nlohmann::ordered_json::error_handler_t::replace).c_str());
     return 0;
   }
-  std::printf("%s: %s, %llu bytes%s, sha256 %s\n", path.c_str(), c.form.c_str(),
+  std::printf("%s: %s, %llu bytes%s, sha256 %s\n", path.c_str(), escaped(c.form).c_str(),
               static_cast<unsigned long long>(input.bytes()), input.directory ? " read" : "", input.sha256().c_str());
   if (input.directory) {
     for (const auto& [name, f] : input.files)
@@ -311,53 +413,78 @@ int inspect_checkpoint(const std::string& path, const std::string& key, bool jso
   std::printf("%-40s %-9s %-16s %-8s %10s  %s\n", "tensor", "dtype", "shape", "location", "bytes", "storage");
   for (const TensorRef& t : c.tensors) {
     const uint64_t bytes = static_cast<uint64_t>(t.numel()) * dtype_size(t.dtype);
-    std::printf("%-40s %-9s %-16s %-8s %10llu  %s%s\n", t.name.c_str(), dtype_name(t.dtype),
-                dims_text(t.shape).c_str(), t.storage ? t.storage->location.c_str() : "-",
-                static_cast<unsigned long long>(bytes), t.storage ? t.storage->key.c_str() : "-",
+    std::printf("%-40s %-9s %-16s %-8s %10llu  %s%s\n", escaped(t.name).c_str(), dtype_name(t.dtype),
+                dims_text(t.shape).c_str(), t.storage ? escaped(t.storage->location).c_str() : "-",
+                static_cast<unsigned long long>(bytes), t.storage ? escaped(t.storage->key).c_str() : "-",
                 t.offset ? (" +" + std::to_string(t.offset)).c_str() : "");
   }
-  for (const auto& [k, v] : c.attributes) std::printf("attr     %s = %s\n", k.c_str(), v.c_str());
-  for (const auto& f : modules.folded) std::printf("folded   %s = %s\n", f->name.c_str(), f->derivation.c_str());
-  for (const Module& m : modules.modules) std::printf("module   %-20s %s\n", m.path.c_str(), m.describe().c_str());
-  for (const auto& [k, why] : modules.ignored) std::printf("ignored  %s (%s)\n", k.c_str(), why.c_str());
+  // Names and values from the file, escaped: one line each, whatever they hold.
+  for (const auto& [k, v] : c.attributes) std::printf("attr     %s = %s\n", escaped(k).c_str(), escaped(v).c_str());
+  for (const auto& f : modules.folded)
+    std::printf("folded   %s = %s\n", escaped(f->name).c_str(), escaped(f->derivation).c_str());
+  for (const Module& m : modules.modules)
+    std::printf("module   %-20s %s\n", escaped(m.path).c_str(), escaped(m.describe()).c_str());
+  for (const auto& [k, why] : modules.ignored) std::printf("ignored  %s (%s)\n", escaped(k).c_str(), escaped(why).c_str());
   if (!chain.from.empty() && chain.not_read.empty()) {
-    std::printf("chain    %s  (read from %s%s%s)\n", chain.chain.c_str(), chain.from.c_str(),
+    std::printf("chain    %s  (read from %s%s%s)\n", escaped(chain.chain).c_str(), chain.from.c_str(),
                 chain.layout.empty() ? "" : "; input ", chain.layout.c_str());
-    for (const std::string& note : chain.notes) std::printf("note     %s\n", note.c_str());
+    for (const std::string& note : chain.notes) std::printf("note     %s\n", escaped(note).c_str());
   } else if (!chain.from.empty()) {
     std::printf("chain    not read from %s: %s\n", chain.from.c_str(), chain.not_read.c_str());
+  }
+  if (plan.report) {
+    const ConvertReport& r = *plan.report;
+    std::printf("plan     %s  (%s)\n", escaped(r.graph).c_str(),
+                !r.graph_inferred ? "--graph" : chain.from.empty() || !chain.not_read.empty() ? "inferred" : "read from the file");
+    std::printf("plan     input %s (%s)", input_layout_code(r).c_str(), escaped(r.batch_first_source).c_str());
+    if (r.output_layout) std::printf(", output %s (%s)", layout_code(*r.output_layout), escaped(r.output_layout_source).c_str());
+    std::printf("\n");
+    for (const std::string& line : assumption_lines(r.assumptions)) std::printf("assumed  %s\n", escaped(line).c_str());
+  } else {
+    std::printf("plan     not planned: %s\n", plan.error.c_str());
   }
   return 0;
 }
 
-int run_inspect(const std::string& path, const std::string& key, bool json) {
+int run_inspect(const InspectOptions& o) {
+  const std::string& path = o.file;
+  const bool json = o.json;
   bool is_model = false;
   if (!is_directory(path)) {  // a directory is a distributed checkpoint
     MappedFile f(path);
     is_model = f.size() >= 8 && std::memcmp(f.data() + 4, ferry::fb::ModelIdentifier(), 4) == 0;
   }
   if (is_model) return json ? inspect_model_json(path) : inspect_model(path);
-  return inspect_checkpoint(path, key, json);
+  return inspect_checkpoint(o);
 }
 
 }  // namespace
 
 Action declare_inspect(CLI::App& app) {
-  struct Options {
-    std::string file, key;
-    bool json = false;
-  };
-  auto o = std::make_shared<Options>();
+  auto o = std::make_shared<InspectOptions>();
   app.footer(
       "A checkpoint: its form, every tensor (dtype, shape, location, bytes, storage), the hyper-parameters it\n"
-      "records, the modules they make and what is ignored. A model file: its layers, tensors, sizes, arena\n"
-      "size, provenance and the backends that run it.");
+      "records, the modules they make, what is ignored, and the plan `ferry convert` would make of it with the\n"
+      "same --graph / --layout / --batch-first / --output-layout: the chain, both layouts and every\n"
+      "hyper-parameter it would assume. A model file: its layers, tensors, sizes, arena size, provenance (with\n"
+      "what the conversion assumed) and the backends that run it.");
   app.add_option("FILE", o->file, "A checkpoint (a file or a DCP directory) or a model file")
       ->type_name("PATH")
       ->required();
   app.add_option("--key", o->key, "The entry of a checkpoint dict that holds the model")->type_name("NAME");
   app.add_flag("--json", o->json, "Print one JSON object instead of text");
-  return [o] { return run_inspect(o->file, o->key, o->json); };
+  o->graph_opt = app.add_option("--graph", o->graph, "A checkpoint: plan with this layer chain, as convert would")
+                     ->type_name("SPEC");
+  auto* batch_first = app.add_flag("--batch-first", o->batch_first, "A checkpoint: plan with a [batch, time, features] input");
+  o->layout_opt = app.add_option("--layout", o->layout, "A checkpoint: plan with this input layout")
+                      ->check(CLI::IsMember({"btf", "tbf", "bft"}))
+                      ->type_name("btf|tbf|bft")
+                      ->excludes(batch_first);
+  o->output_layout_opt = app.add_option("--output-layout", o->output_layout,
+                                        "A checkpoint: plan with this layout of a sequence output")
+                             ->check(CLI::IsMember({"btf", "tbf", "bft"}))
+                             ->type_name("btf|tbf|bft");
+  return [o] { return run_inspect(*o); };
 }
 
 }  // namespace ferry::cli

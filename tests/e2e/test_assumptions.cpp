@@ -71,6 +71,30 @@ TEST(Assumptions, ConvPaddingAssumedIsSaidAndTheGraphOptionMatchesPyTorch) {
   EXPECT_EQ(err.find("assumed"), std::string::npos) << err;
 }
 
+// `ferry inspect CHECKPOINT` with convert's options plans without writing:
+// the same assumptions, before any conversion.
+TEST(Assumptions, InspectPlansACheckpointWithTheSameOptions) {
+  TempDir dir;
+  const std::string ckpt = shell_quote(fixture("conv_pad1_mean.pt"));
+  const CommandResult json = run_ferry("inspect --json " + ckpt + " --graph 'conv > relu > mean > fc' --layout bft", dir);
+  ASSERT_EQ(json.status, 0) << json.err;
+  const nlohmann::json plan = nlohmann::json::parse(json.out).at("plan");
+  EXPECT_EQ(plan.at("graph"), "conv > relu > mean > fc");
+  EXPECT_EQ(plan.at("layout"), "bft");
+  bool padding = false;
+  for (const auto& a : plan.at("assumptions")) padding = padding || (a.at("parameter") == "padding" && a.at("value") == "0");
+  EXPECT_TRUE(padding) << json.out;
+  const CommandResult text = run_ferry("inspect " + ckpt + " --graph 'conv(padding=1) > relu > mean > fc' --layout bft", dir);
+  ASSERT_EQ(text.status, 0) << text.err;
+  EXPECT_NE(text.out.find("plan     conv(padding=1) > relu > mean > fc  (--graph)"), std::string::npos) << text.out;
+  EXPECT_EQ(text.out.find("padding 0"), std::string::npos) << text.out;
+  // No chain to plan: said, and the rest of the listing is still printed.
+  const CommandResult none = run_ferry("inspect " + ckpt, dir);
+  ASSERT_EQ(none.status, 0) << none.err;
+  EXPECT_NE(none.out.find("plan     not planned: cannot infer the layer chain"), std::string::npos) << none.out;
+  EXPECT_FALSE(std::filesystem::exists(dir / "m.fb"));
+}
+
 TEST(Assumptions, LayoutNormEpsAndActivationSlopesAreSaid) {
   TempDir dir;
   // The input layout of a recurrent model, when nothing gives it.

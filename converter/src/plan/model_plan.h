@@ -134,6 +134,20 @@ struct QuantizationPlan {
   std::vector<RoundingReport> roundings;
 };
 
+// A hyper-parameter the converter had to assume: neither the file records
+// it (a state dict never records a Conv1d's padding, a norm's eps, an RNN's
+// nonlinearity or the input layout) nor did --graph or a flag give it. Each
+// is printed with the layer, the value assumed and how to override it, and
+// stored in the model file's provenance (`ferry inspect` lists them), so a
+// wrong guess is seen without comparing outputs. A chain read from the file
+// (TorchScript code, a .pt2 graph) records its options: no assumptions there.
+struct Assumption {
+  std::string layer;      // "Conv1d 'conv'", "leaky_relu (--graph element 4)", "the input"
+  std::string parameter;  // "padding", "eps", "batch_first"
+  std::string value;      // the value assumed: "0", "1e-05", "False (time-major [T,B,F])"
+  std::string override;   // how to set it: "--graph 'conv(padding=N)'", "--batch-first or --layout btf|tbf|bft"
+};
+
 // Where a sequence's time axis is (--layout, --output-layout).
 enum class Layout { kBatchFirst, kTimeMajor, kChannelsFirst };  // btf, tbf, bft
 
@@ -158,6 +172,7 @@ struct ModelPlan {
   // return a SHA-256 in hex (64 characters: the room the writer reserves).
   std::function<std::string()> source_sha256_async;
   std::vector<MappingRow> mapping;
+  std::vector<Assumption> assumptions;  // in chain order
   SelfTestPlan selftest;  // written when batch > 0
   QuantizationPlan quantization;  // written when requested is set
 };

@@ -239,8 +239,11 @@ std::optional<uint32_t> module_input(const Module& m) {
 // ------------------------------------------------------------ the chain --
 class ChainPlanner {
  public:
-  ChainPlanner(const Checkpoint& checkpoint, const ModuleSet& modules, PlanBuilder& b, PlanResult& r)
-      : checkpoint_(checkpoint), modules_(modules), b_(b), r_(r), plan_(r.plan) {}
+  // `recorded`: the chain was read from the file (TorchScript code, a .pt2
+  // graph, an nn.Sequential), which writes every option it records: what it
+  // leaves out is PyTorch's default, not an assumption.
+  ChainPlanner(const Checkpoint& checkpoint, const ModuleSet& modules, PlanBuilder& b, PlanResult& r, bool recorded)
+      : checkpoint_(checkpoint), modules_(modules), b_(b), r_(r), plan_(r.plan), recorded_(recorded) {}
 
   void run(const std::vector<GraphElement>& chain, bool time_axis) {
     chain_ = &chain;
@@ -253,7 +256,9 @@ class ChainPlanner {
         if (!m) {
           if (auto act = recorded_activation(checkpoint_, e.module == kRootModuleName ? "" : e.module)) {
             for (const auto& kv : e.args) act->args[kv.first] = kv.second;  // --graph overrides the file
+            builtin_from_file_ = true;
             builtin(*act, e.module);
+            builtin_from_file_ = false;
             continue;
           }
           std::string names;
@@ -277,6 +282,14 @@ class ChainPlanner {
 
   uint32_t width() const { return width_; }
   bool time_axis() const { return time_axis_; }
+
+  // Records that `parameter` of the layer `layer` was assumed to be `value`
+  // (options.get() found it neither in --graph nor in the file).
+  void assume(const std::string& layer, const std::string& parameter, const std::string& value,
+              const std::string& override) {
+    if (recorded_) return;
+    r_.plan.assumptions.push_back({layer, parameter, value, override});
+  }
   bool collapsed() const { return collapsed_; }
 
  private:
@@ -354,8 +367,7 @@ class ChainPlanner {
       if (nonlinearity.empty() && nl != checkpoint_.attributes.end()) nonlinearity = nl->second;
       if (nonlinearity.empty()) {
         nonlinearity = "tanh";
-        r_.notes.push_back("RNN '" + m.path + "': a state dict does not record the nonlinearity; "
-                           "assuming tanh (write '" + m.path + "(relu)' in --graph for relu)");
+        assume("RNN '" + name + "'", "nonlinearity", "tanh", "--graph '" + name + "(relu)'");
       }
       if (nonlinearity != "relu" && nonlinearity != "tanh") {
         throw Error(where_ + ": the option must be (relu) or (tanh), for an RNN");
@@ -411,11 +423,8 @@ class ChainPlanner {
         groups = width_ / m.in_per_group;
       } else {
         groups = 1;
-        if (m.in_per_group != 0) {
-          r_.notes.push_back("Conv1d '" + m.path + "': a state dict does not record groups; assuming 1 (" +
-                             std::to_string(m.in_per_group) + " input channels; write '" + name +
-                             "(groups=N)' in --graph for a grouped or depthwise first layer)");
-        }
+        assume("Conv1d '" + name + "'", "groups", "1 (" + std::to_string(m.in_per_group) + " input channels)",
+               "--graph '" + name + "(groups=N)'");
       }
     }
     if (m.out_features % groups != 0) {
@@ -430,12 +439,19 @@ class ChainPlanner {
       throw Error(where_ + ": the file records kernel_size " + std::to_string(*k) + ", but '" + m.path +
                   ".weight' has " + std::to_string(m.kernel_size));
     }
+    const std::string layer = "Conv1d '" + name + "'";
     const uint32_t stride = opt.positive("stride", "stride", 1);
+    if (!opt.get("stride", "stride")) assume(layer, "stride", "1", "--graph '" + name + "(stride=N)'");
     const uint32_t dilation = opt.positive("dilation", "dilation", 1);
+    if (!opt.get("dilation", "dilation") && m.kernel_size > 1) {
+      assume(layer, "dilation", "1", "--graph '" + name + "(dilation=N)'");
+    }
     const uint64_t span = uint64_t{dilation} * (m.kernel_size - 1);
     if (span > (1u << 20)) throw Error(where_ + ": dilation x (kernel_size - 1) = " + std::to_string(span) + " is too long");
     uint32_t left = 0, right = 0;
-    if (auto p = opt.get("padding", "padding")) {
+    const auto padding = opt.get("padding", "padding");
+    if (!padding) assume(layer, "padding", "0", "--graph '" + name + "(padding=N|same|causal)'");
+    if (auto p = padding) {
       const std::string& v = p->first;
       if (v == "same") {
         if (stride != 1) throw Error(where_ + ": padding=same needs stride 1 (PyTorch refuses it too)");
@@ -452,6 +468,9 @@ class ChainPlanner {
       }
     }
     PaddingMode mode = PaddingMode::Zeros;
+    if (!opt.get("padding_mode", "padding_mode") && left + right > 0) {
+      assume(layer, "padding_mode", "zeros", "--graph '" + name + "(padding_mode=reflect|replicate)'");
+    }
     if (auto pm = opt.get("padding_mode", "padding_mode")) {
       if (pm->first == "zeros") mode = PaddingMode::Zeros;
       else if (pm->first == "reflect") mode = PaddingMode::Reflect;
@@ -492,6 +511,7 @@ class ChainPlanner {
     take(m.features, m);
     const double eps = opt.real("eps", "eps").value_or(1e-5);
     if (!(eps >= 0)) throw Error(where_ + ": eps must be >= 0");
+    if (!opt.get("eps", "eps")) assume("BatchNorm1d '" + name + "'", "eps", "1e-05", "--graph '" + name + "(eps=X)'");
     const TensorRef* mean = m.param("running_mean");
     const TensorRef* var = m.param("running_var");
     const TensorRef* gamma = m.param("weight");
@@ -590,13 +610,26 @@ class ChainPlanner {
     if (!prelu) {
       const double eps = opt.real("eps", "eps").value_or(1e-5);
       if (!(eps >= 0)) throw Error(where_ + ": eps must be >= 0");
+      if (!opt.get("eps", "eps")) assume("LayerNorm '" + name + "'", "eps", "1e-05", "--graph '" + name + "(eps=X)'");
       l.eps = static_cast<float>(eps);
     }
   }
 
-  float number(const GraphElement& e, const char* key, float fallback) const {
+  // A built-in's option; its default is an assumption where the user's
+  // --graph names the op without it (`leaky_relu` for a LeakyReLU(0.2)
+  // would run with 0.01), not where the file records the op.
+  float number(const GraphElement& e, const char* key, float fallback) {
     auto it = e.args.find(key);
-    if (it == e.args.end()) return fallback;
+    if (it == e.args.end()) {
+      if (!builtin_from_file_) {
+        char text[32];
+        std::snprintf(text, sizeof text, "%g", static_cast<double>(fallback));
+        const std::string op = builtin_name(e.op);
+        assume(op + " (--graph element " + std::to_string(i_ + 1) + ")", key, text,
+               "--graph '" + op + "(" + key + "=X)'");
+      }
+      return fallback;
+    }
     char* end = nullptr;
     const double x = std::strtod(it->second.c_str(), &end);
     if (it->second.empty() || *end != '\0' || !std::isfinite(x)) {
@@ -683,12 +716,50 @@ class ChainPlanner {
   std::string where_;
   uint32_t width_ = 0;
   bool started_ = false, time_axis_ = false, collapsed_ = false;
+  const bool recorded_;
+  bool builtin_from_file_ = false;  // builtin() of a module the file records (nn.LeakyReLU(0.2))
   std::set<std::string> used_modules_;
   std::vector<Skip> skips_;
   std::vector<uint32_t> pending_saves_;
 };
 
 }  // namespace
+
+std::vector<std::string> assumption_lines(const std::vector<Assumption>& assumptions) {
+  // "--graph 'conv(stride=N)'" and "--graph 'conv(padding=N)'" of one
+  // element merge into "--graph 'conv(stride=N, padding=N)'".
+  static const std::string kGraph = "--graph '";
+  const auto element_option = [](const std::string& o, std::string* element, std::string* args) {
+    if (o.rfind(kGraph, 0) != 0 || o.size() < kGraph.size() + 3 || o.compare(o.size() - 2, 2, ")'") != 0) return false;
+    const size_t open = o.find('(', kGraph.size());
+    if (open == std::string::npos) return false;
+    *element = o.substr(kGraph.size(), open - kGraph.size());
+    *args = o.substr(open + 1, o.size() - 2 - open - 1);
+    return true;
+  };
+  std::vector<std::string> lines;
+  for (size_t i = 0; i < assumptions.size();) {
+    size_t j = i;
+    std::string values, graph_element, graph_args, others;
+    for (; j < assumptions.size() && assumptions[j].layer == assumptions[i].layer; ++j) {
+      const Assumption& a = assumptions[j];
+      values += (j > i ? ", " : "") + a.parameter + " " + a.value;
+      std::string element, args;
+      if (element_option(a.override, &element, &args) && (graph_element.empty() || element == graph_element)) {
+        graph_element = element;
+        graph_args += (graph_args.empty() ? "" : ", ") + args;
+      } else if (others.find(a.override) == std::string::npos) {
+        others += (others.empty() ? "" : "; ") + a.override;
+      }
+    }
+    std::string how = graph_element.empty() ? "" : kGraph + graph_element + "(" + graph_args + ")'";
+    if (!others.empty()) how += (how.empty() ? "" : "; ") + others;
+    lines.push_back(assumptions[i].layer + ": assumed " + values + " (the file does not record " +
+                    (j - i > 1 ? "them" : "it") + "); to change: " + how);
+    i = j;
+  }
+  return lines;
+}
 
 PlanResult plan_conversion(const Checkpoint& checkpoint, const ModuleSet& modules, const PlanOptions& options,
                            const MappedFile* source) {
@@ -741,7 +812,7 @@ PlanResult plan_conversion(const Checkpoint& checkpoint, const ModuleSet& module
   }
 
   PlanBuilder b(plan, source);
-  ChainPlanner chain_planner(checkpoint, modules, b, r);
+  ChainPlanner chain_planner(checkpoint, modules, b, r, !options.graph && options.inferred_graph.has_value());
   chain_planner.run(chain, layout.has_value());
   plan.output_size = chain_planner.width();
   plan.output_is_sequence = chain_planner.time_axis() && !chain_planner.collapsed();
@@ -757,6 +828,11 @@ PlanResult plan_conversion(const Checkpoint& checkpoint, const ModuleSet& module
     needs_time_axis = needs_time_axis || l.op == LayerOp::Last || l.op == LayerOp::MeanPool || l.op == LayerOp::MaxPool;
   if (!needs_time_axis && !options.layout && !options.batch_first && !recorded) {
     r.batch_first_source = "no layer depends on it: [B, F] input, or a sequence either way";
+  } else if (!layout && !options.batch_first && !recorded) {
+    // Where a layer depends on it, nothing said where the time axis is.
+    plan.assumptions.insert(plan.assumptions.begin(),
+                         {"the input", "layout", plan.input_is_tokens ? "time-major [T,B]" : "time-major [T,B,F]",
+                          "--batch-first, or --layout btf|tbf|bft"});
   }
   if (plan.channels_first && plan.input_is_tokens) {
     throw Error("--layout bft: a model taking token ids has no channel axis (use btf or tbf)");

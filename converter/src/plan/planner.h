@@ -38,13 +38,17 @@ struct PlanOptions {
   std::string recorded_output_layout_source;
 };
 
+// One line per layer: "Conv1d 'conv': assumed stride 1, padding 0 (the file
+// does not record them); to change: --graph 'conv(stride=N)'; ...".
+std::vector<std::string> assumption_lines(const std::vector<Assumption>& assumptions);
+
 struct PlanResult {
   ModelPlan plan;                  // provenance fields other than the mapping left empty
   std::string graph;               // the chain used, in --graph syntax
   bool graph_inferred = false;
   std::string batch_first_source;  // "--batch-first", "recorded in the file", "PyTorch default ..."
   std::string output_layout_source;  // "--output-layout", the recorded source; empty: the input's
-  std::vector<std::string> notes;  // things the user should know (assumptions)
+  std::vector<std::string> notes;  // things the user should know (assumptions: plan.assumptions)
 };
 
 // Builds the plan. `checkpoint` and `modules` must outlive the plan's fills.

@@ -136,10 +136,15 @@ EncodedModel encode_model(const ModelPlan& plan, const std::vector<StoredForm>& 
                                         fbb.CreateString(r.role)));
   }
   const std::string sha256 = plan.source_sha256_async ? std::string(kSha256Chars, '0') : plan.source_sha256;
+  std::vector<flatbuffers::Offset<fb::Assumption>> assumptions;
+  for (const Assumption& a : plan.assumptions) {
+    assumptions.push_back(fb::CreateAssumption(fbb, fbb.CreateString(a.layer), fbb.CreateString(a.parameter),
+                                               fbb.CreateString(a.value), fbb.CreateString(a.override)));
+  }
   const auto provenance = fb::CreateProvenance(
       fbb, fbb.CreateString(plan.source_file), fbb.CreateString(sha256),
       fbb.CreateString(plan.source_format), fbb.CreateString(plan.converter_version),
-      fbb.CreateVector(mapping));
+      fbb.CreateVector(mapping), assumptions.empty() ? 0 : fbb.CreateVector(assumptions));
   flatbuffers::Offset<fb::SelfTest> selftest;
   if (plan.selftest.batch > 0) {
     const SelfTestPlan& st = plan.selftest;
