@@ -20,6 +20,8 @@ Manifest entry (a JSON list of these):
             for models also ferry_last_error() after ferry_model_load()
   status    models only: the status ferry_model_load() (or, for "selftest",
             ferry_selftest_arena_size()) returns
+  args      convert only, optional: the arguments after `ferry convert IN OUT`
+            (a list, e.g. ["--graph", "fc"])
   ok        true for the control files (valid inputs built by the same code,
             so a refusal is known to come from the one defect, not the builder)
   why       what the file does
@@ -448,12 +450,14 @@ def gru_model(mutate=None):
 ENTRIES = []
 
 
-def add(path, data, tool, expect, why, status=None, ok=False):
+def add(path, data, tool, expect, why, status=None, ok=False, args=None):
     full = os.path.join(HERE, path)
     os.makedirs(os.path.dirname(full), exist_ok=True)
     with open(full, "wb") as f:
         f.write(data)
     e = {"file": path, "tool": tool}
+    if args:
+        e["args"] = list(args)
     if ok:
         e["ok"] = True
     else:
@@ -2546,6 +2550,138 @@ def pt2_entries():
          "<= 2.7 layout whose nested state dict rebuilds a fake tensor (_reconstruct_fake_tensor)")
 
 
+# Node targets of a .pt2 graph: torch.export.load walks a target's dotted
+# path from torch / _operator / math, then admits only op overloads,
+# higher-order ops and symbolic-shape builtins; ferry refuses the rest when
+# it reads the archive, so --graph (no chain read from the graph) refuses too.
+# tests/fixtures/make_export_target_fixtures.py checks torch refuses these.
+PT2_TARGET = ("record 'model/models/model.json': graph_module.graph.nodes[1]: node 1 'system': target '%s' is not "
+              "an ATen operator ferry knows")
+
+
+def pt2_hop_graph(inner_target, operator=None):
+    """fc, then wrap_with_set_grad_enabled (a no_grad block) over a subgraph
+    of one node naming `inner_target`; or with an operator argument."""
+    inner = {"target": inner_target, "name": "y", "outputs": [pt2_tensor("y")], "metadata": {},
+             "inputs": [{"name": "self", "arg": pt2_tensor("a"), "kind": 1}]}
+    sub = {"as_graph": {"name": "submod_1", "graph": {"inputs": [pt2_tensor("a")], "outputs": [pt2_tensor("y")],
+                                                      "nodes": [inner]}}}
+    hop = pt2_node("higher_order.wrap_with_set_grad_enabled", ["wrapped"],
+                   [("", {"as_bool": False}), ("", {"as_operator": operator} if operator else sub),
+                    ("", pt2_tensor("linear"))])
+    hop["name"] = "system"
+    return pt2_graph([pt2_graph()["graph_module"]["graph"]["nodes"][0], hop])
+
+
+def pt2_target_entries():
+    linear = pt2_graph()["graph_module"]["graph"]["nodes"][0]
+
+    def with_target(target):
+        node = pt2_node("aten.relu.default", ["system"], [("self", pt2_tensor("linear"))])
+        node["target"] = target
+        return pt2_raw(graph=pt2_graph([linear, node]))
+
+    for name, target, why in [
+            ("os_system", "torch.serialization.os.system", "a module path walked to os.system"),
+            ("builtins_eval", "builtins.eval", "a builtin"),
+            ("op_globals", "torch.ops.aten.lstm.input.__globals__", "an attribute of a real ATen op"),
+            ("op_packet", "torch.ops.aten.relu", "an op packet, no overload"),
+            ("unknown_aten", "torch.ops.aten.nonexistent.default", "an ATen op torch does not register"),
+            ("torch_function", "torch.relu", "a torch function, not an op overload")]:
+        add("checkpoints/pt2_target_%s.pt2" % name, with_target(target), "convert", PT2_TARGET % target,
+            "a node whose target is %s ('%s'), converted with --graph: torch.export.load refuses it" % (why, target),
+            args=["--graph", "fc"])
+    add("checkpoints/pt2_target_in_subgraph.pt2", pt2_raw(graph=pt2_hop_graph("builtins.eval")), "convert",
+        "graph_module.graph.nodes[1].inputs[1].arg.as_graph.graph.nodes[0]: node 0 'y': target 'builtins.eval' is "
+        "not an ATen operator ferry knows",
+        "a higher-order op's subgraph naming builtins.eval, converted with --graph", args=["--graph", "fc"])
+    add("checkpoints/pt2_operator_argument.pt2", pt2_raw(graph=pt2_hop_graph(None, "torch.serialization.os.system")),
+        "convert", "graph_module.graph.nodes[1].inputs[1].arg.as_operator: operator 'torch.serialization.os.system' is not an "
+        "ATen operator ferry knows", "an operator argument naming os.system, converted with --graph",
+        args=["--graph", "fc"])
+    # Controls: what real exports hold beside plain ATen ops.
+    sym = pt2_node("aten.sym_size.int", ["s0"], [("self", pt2_tensor("x")), ("dim", {"as_int": 0})])
+    sym["outputs"] = [{"as_sym_int": {"as_name": "s0"}}]
+    mul = {"target": "_operator.mul", "name": "mul", "metadata": {},
+           "inputs": [{"name": "a", "arg": {"as_sym_int": {"as_name": "s0"}}, "kind": 1},
+                      {"name": "b", "arg": {"as_sym_int": {"as_int": 3}}, "kind": 1}],
+           "outputs": [{"as_sym_int": {"as_name": "mul"}}]}
+    add("checkpoints/control_pt2_symbolic_ops.pt2", pt2_raw(graph=pt2_graph([sym, mul, linear])), "convert", None,
+        "control: aten.sym_size.int and _operator.mul (a dynamic export's shape arithmetic), read with no flag",
+        ok=True)
+    add("checkpoints/control_pt2_higher_order_op.pt2", pt2_raw(graph=pt2_hop_graph("torch.ops.aten.relu.default")),
+        "convert", None, "control: a higher-order op whose subgraph holds an ATen op, converted with --graph",
+        ok=True, args=["--graph", "fc"])
+
+
+# Polyglot zips: torch.load and torch.export.load both take the records below
+# the folder of entry 0 (PyTorchStreamReader); torch.export.load reads a PT2
+# archive there, torch.load the folder's data.pkl (or, beside constants.pkl,
+# the archive as TorchScript): one file, two models. Refused, naming both.
+AMBIGUOUS = ("ambiguous: a torch.export archive (model/models/model.json) and a torch.save checkpoint "
+             "(model/data.pkl) in one zip; torch.load and torch.export.load would read different models")
+
+
+def pt2_28(extra=()):
+    """torch 2.8 layout: the weights a torch.save zip nested in data/weights/."""
+    z = Zip()
+    z.add("model/models/model.json", json.dumps(pt2_graph()).encode())
+    z.add("model/data/weights/model.pt", bytes(checkpoint().finish()[0]))
+    z.add("model/data/constants/model.pt", bytes(checkpoint(pkl=b"\x80\x02}.", storages=[]).finish()[0]))
+    for name, data in extra:
+        z.add("model/" + name, data)
+    z.add("model/archive_format", b"pt2")
+    z.add("model/archive_version", b"0")
+    z.add("model/.data/version", b"6\n")
+    z.add("model/byteorder", b"little")
+    return bytes(z.finish()[0])
+
+
+def polyglot_entries():
+    other = [("data.pkl", state_dict_pickle(linear_tensors())), ("data/0", f32(*[9.0] * 6)),
+             ("data/1", f32(9.0, 9.0)), ("version", b"3\n")]
+    records = [("weight_0", FC_W), ("weight_1", FC_B)]
+    z = Zip()
+    for name, data in records:
+        z.add("model/data/weights/" + name, data)
+    z.add("model/data/weights/model_weights_config.json", json.dumps(pt2_config()).encode())
+    z.add("model/models/model.json", json.dumps(pt2_graph()).encode())
+    for name, data in other:
+        z.add("model/" + name, data)
+    for name, data in [("archive_format", b"pt2"), ("archive_version", b"0"), (".data/version", b"6\n"),
+                       ("byteorder", b"little")]:
+        z.add("model/" + name, data)
+    both = bytes(z.finish()[0])
+    ckpt("polyglot_pt2_torch_save.pt2", both, AMBIGUOUS,
+         "a .pt2 (2.9+ layout) with a torch.save state dict (data.pkl, data/) beside it")
+    ckpt("polyglot_pt2_torch_save.pt", both, AMBIGUOUS, "the same bytes named .pt: the name decides nothing")
+    ckpt("polyglot_pt2_28_torch_save.pt2", pt2_28(other), AMBIGUOUS,
+         "a 2.8-layout .pt2 (nested torch.save weights) with an outer data.pkl too")
+    script = other + [("constants.pkl", b"\x80\x02)."), ("code/__torch__/model.py", b"class Net(Module):\n  pass\n")]
+    ckpt("polyglot_pt2_torchscript.pt", pt2_28(script),
+         "ambiguous: a torch.export archive (model/models/model.json) and a TorchScript archive (model/constants.pkl, "
+         "model/data.pkl) in one zip; torch.load (which hands it to torch.jit.load) and torch.export.load would read "
+         "different models", "a .pt2 that is also a TorchScript archive (constants.pkl, code/, data.pkl)")
+    # torch <= 2.7 records at the root after a torch.save folder: torch.load
+    # reads the folder, torch.export.load falls back to the root records.
+    z = Zip()
+    for name, data in other:
+        z.add("archive/" + name, data)
+    z.add("serialized_exported_program.json", json.dumps(pt2_graph()).encode(), align=False)
+    z.add("serialized_state_dict.pt", bytes(checkpoint().finish()[0]), align=False)
+    z.add("version", b"8.17", align=False)
+    ckpt("polyglot_root_pt2_after_folder.pt", bytes(z.finish()[0]),
+         "entry 'serialized_exported_program.json' is not under the folder 'archive/'",
+         "a torch.save folder first, torch <= 2.7 export records at the root after it: the zip reader's one-folder "
+         "rule refuses it")
+    add("checkpoints/control_pt2_28_layout.pt2", pt2_28(), "convert", None,
+        "control: the 2.8 layout, whose weights are a torch.save zip nested in data/weights/ (one reading)", ok=True)
+    add("checkpoints/control_pt2_nested_data_pkl.pt2", pt2_28([("extra/data.pkl", other[0][1])]), "convert", None,
+        "control: a data.pkl below a subfolder is no torch.save reading of the archive", ok=True)
+    add("checkpoints/control_pt2_constants_pkl_only.pt2", pt2_28([("constants.pkl", b"\x80\x02).")]), "convert",
+        None, "control: constants.pkl without data.pkl: torch.jit.load cannot read it, one reading", ok=True)
+
+
 def main():
     for sub in ("checkpoints", "models"):
         d = os.path.join(HERE, sub)
@@ -2574,6 +2710,8 @@ def main():
     dcp_entries()
     norm_entries()
     pt2_entries()
+    pt2_target_entries()
+    polyglot_entries()
     with open(os.path.join(HERE, "manifest.json"), "w") as f:
         json.dump(ENTRIES, f, indent=1)
         f.write("\n")

@@ -31,6 +31,7 @@ const std::string kCatalogue = std::string(FERRY_SOURCE_DIR) + "/tests/bad/";
 
 struct Entry {
   std::string file, tool, expect, status, why;
+  std::vector<std::string> args;  // convert: after `ferry convert IN OUT`
   bool ok = false;
 };
 
@@ -48,6 +49,7 @@ std::vector<Entry> load_manifest() {
     e.expect = j.value("expect", "");
     e.status = j.value("status", "");
     e.why = j.value("why", "");
+    if (j.contains("args")) e.args = j.at("args").get<std::vector<std::string>>();
     out.push_back(e);
   }
   return out;
@@ -147,7 +149,10 @@ TEST_P(BadCatalogue, IsHandled) {
 
   if (e.tool == "convert") {
     std::filesystem::remove("/tmp/ferry_pwned");
-    const CommandResult r = run_ferry("convert " + shell_quote(path) + " " + shell_quote(dir / "out.fb"), dir);
+    std::string args;
+    for (const std::string& a : e.args) args += " " + shell_quote(a);
+    const CommandResult r =
+        run_ferry("convert " + shell_quote(path) + " " + shell_quote(dir / "out.fb") + args, dir);
     EXPECT_FALSE(std::filesystem::exists("/tmp/ferry_pwned")) << "the file ran code";
     if (e.ok) {
       EXPECT_EQ(r.status, 0) << r.err;
@@ -237,7 +242,8 @@ TEST(BadCatalogue, ManifestCoversTheIssue) {
         "pickle_global_subprocess_popen", "pickle_stack_global_posix_system", "pickle_setitem_on_list",
         "huge_length", "tensor_negative_size", "tensor_size_overflow", "tensor_view_past_storage",
         "tensor_record_short", "tensor_unknown", "tensor_index_out_of_range", "shape_product",
-        "weights_misaligned", "weights_missing", "wrong_identifier"}) {
+        "weights_misaligned", "weights_missing", "wrong_identifier", "pt2_target_os_system",
+        "pt2_target_in_subgraph", "polyglot_pt2_torch_save", "polyglot_pt2_torchscript"}) {
     bool found = false;
     for (const Entry& e : manifest()) found = found || e.file.find(needle) != std::string::npos;
     EXPECT_TRUE(found) << needle;

@@ -6,7 +6,10 @@
 // make_pt2_fixtures.py cover the ops those files lack. The two older layouts
 // (torch <= 2.7 and 2.8) have no real file here: they are rebuilt from the
 // real files' own graph and storages (support/pt2_builder.h), so all three
-// layouts are checked against the same PyTorch output.
+// layouts are checked against the same PyTorch output. Exports by a newer
+// torch (make_export_target_fixtures.py) add the node targets beyond plain
+// ATen ops (symbolic-shape and higher-order ops) and zips that torch.load
+// and torch.export.load each read as a model of their own.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -268,6 +271,91 @@ TEST(Pt2Export, DecomposedGraphIsRefusedButItsWeightsConvert) {
                                     dir);
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_LE(max_abs_diff(read_npy(dir / "y.npy"), read_npy(kForms + "export_decomposed.y.npy")), 1e-5);
+}
+
+const std::string kTargets = std::string(FERRY_FIXTURES_DIR) + "/export_targets/";
+
+// Real torch exports whose graphs hold more than plain ATen ops
+// (make_export_target_fixtures.py): a dynamic export's sym_size.int and
+// _operator.mul, a no_grad block's wrap_with_set_grad_enabled, torch.cond.
+// The reader accepts them; ferry runs no such node, so the chain comes from
+// --graph, and the result matches PyTorch.
+TEST(Pt2Export, SymbolicAndHigherOrderNodesOfRealExportsAreRead) {
+  TempDir dir;
+  struct Case {
+    const char* name;
+    const char* args;
+  };
+  for (const Case& c : {Case{"sym_reshape", " --graph fc --layout btf"}, Case{"no_grad", " --graph 'fc > relu'"}}) {
+    SCOPED_TRACE(c.name);
+    const std::string fb = dir / (std::string(c.name) + ".fb");
+    const CommandResult r = run_ferry("convert " + shell_quote(kTargets + c.name + ".pt2") + " " + shell_quote(fb) + c.args, dir);
+    ASSERT_EQ(r.status, 0) << r.err;
+    const CommandResult run = run_ferry("run " + shell_quote(fb) + " --input " + shell_quote(kTargets + c.name + ".x.npy") +
+                                            " --output " + shell_quote(dir / "y.npy") + " --quiet",
+                                        dir);
+    ASSERT_EQ(run.status, 0) << run.err;
+    const NpyArray got = read_npy(dir / "y.npy"), want = read_npy(kTargets + c.name + ".y.npy");
+    ASSERT_EQ(got.shape, want.shape);
+    EXPECT_LE(max_abs_diff(got, want), 1e-5);
+  }
+  const CommandResult i = run_ferry("inspect " + shell_quote(kTargets + "cond.pt2"), dir);
+  ASSERT_EQ(i.status, 0) << i.err;
+  EXPECT_NE(i.out.find("torch.export archive (.pt2"), std::string::npos) << i.out;
+}
+
+// A node naming a callable torch.export.load refuses, in a real export: the
+// reader refuses the file even when --graph gives the chain (and no chain is
+// read from the graph).
+TEST(Pt2Export, HostileTargetIsRefusedEvenWithGraph) {
+  Parts p = parts_of("export_gru");
+  const std::string select = "\"torch.ops.aten.select.int\"";
+  const size_t at = p.graph.find(select);
+  ASSERT_NE(at, std::string::npos);
+  p.graph.replace(at, select.size(), "\"torch.serialization.os.system\"");
+  const Bytes file = ferry::test::pt2_raw(p.graph, ferry::test::weights_config(p.tensors), p.storages, "export_gru");
+  TempDir dir;
+  const std::string path = dir / "export_gru.pt2";
+  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(file.data()), std::streamsize(file.size()));
+  for (const char* args : {"", " --graph 'gru > last > fc' --layout btf"}) {
+    const CommandResult c = run_ferry("convert " + shell_quote(path) + " " + shell_quote(dir / "m.fb") + args, dir);
+    EXPECT_EQ(c.status, 1) << args;
+    EXPECT_EQ(c.err.rfind("ferry: error: ", 0), 0u) << c.err;
+    EXPECT_NE(c.err.find("export_gru.pt2: record 'export_gru/models/model.json': graph_module.graph.nodes[2]: node 2 'select': "),
+              std::string::npos)
+        << c.err;
+    EXPECT_NE(c.err.find("target 'torch.serialization.os.system' is not an ATen operator ferry knows"), std::string::npos)
+        << c.err;
+    EXPECT_FALSE(std::filesystem::exists(dir / "m.fb"));
+  }
+}
+
+// Zips torch reads twice (make_export_target_fixtures.py checks that
+// torch.load and torch.export.load each read a model from them): refused as
+// ambiguous, whatever the file is called and whatever --graph says.
+TEST(Pt2Export, PolyglotArchivesAreRefusedAsAmbiguous) {
+  TempDir dir;
+  const struct {
+    const char* name;
+    const char* other;
+  } cases[] = {{"polyglot_save", "a torch.save checkpoint (no_grad/data.pkl) in one zip; torch.load and"},
+               {"polyglot_script", "a TorchScript archive (no_grad/constants.pkl, no_grad/data.pkl) in one zip; "
+                                   "torch.load (which hands it to torch.jit.load) and"}};
+  for (const auto& c : cases) {
+    const std::string renamed = dir / (std::string(c.name) + ".pt");
+    std::filesystem::copy_file(kTargets + c.name + ".pt2", renamed);
+    for (const std::string& path : {kTargets + c.name + ".pt2", renamed}) {
+      for (const char* args : {"", " --graph 'fc > relu'"}) {
+        const CommandResult r = run_ferry("convert " + shell_quote(path) + " " + shell_quote(dir / "m.fb") + args, dir);
+        EXPECT_EQ(r.status, 1) << path << args;
+        EXPECT_NE(r.err.find(path + ": ambiguous: a torch.export archive (no_grad/models/model.json) and " + c.other +
+                             " torch.export.load would read different models"),
+                  std::string::npos)
+            << r.err;
+        EXPECT_FALSE(std::filesystem::exists(dir / "m.fb"));
+      }
+    }
+  }
 }
 
 TEST(Pt2Export, InspectShowsTheFormTensorsAndChain) {

@@ -13,8 +13,8 @@ from tests/fixtures and tests/bad):
   seeds/pt2/      for fuzz_pt2: graph JSON, NUL, weights config, NUL, then
                   (u32 length, bytes) per raw storage weight_0, weight_1, ...
                   (the real torch 2.11 exports of fixtures/torch2_forms, those
-                  of fixtures/pt2, and the catalogue's .pt2 files in the 2.9+
-                  layout)
+                  of fixtures/pt2 and fixtures/export_targets, and the
+                  catalogue's .pt2 files in the 2.9+ layout)
   seeds/script_chain/ for fuzz_script_chain: byte 0 the base archive (its
                   kBases index), then the root's forward as code/ holds it and,
                   per other module, "\n#--- PATH\n" and its forward: the code
@@ -83,6 +83,8 @@ def main():
     pt2 = sorted(os.path.join(forms, f) for f in os.listdir(forms) if f.endswith(".pt2"))
     made = os.path.join(HERE, "..", "fixtures", "pt2")
     pt2 += sorted(os.path.join(made, f) for f in os.listdir(made) if f.endswith(".pt2"))
+    targets = os.path.join(HERE, "..", "fixtures", "export_targets")
+    pt2 += sorted(os.path.join(targets, f) for f in os.listdir(targets) if f.endswith(".pt2"))
     pt2 += sorted(os.path.join(bad, f) for f in os.listdir(bad) if f.endswith(".pt2"))
     for path in pt2:
         with zipfile.ZipFile(path) as z:

@@ -746,6 +746,94 @@ TEST(Pt2Json, SignatureAndArguments) {
   EXPECT_TRUE(contains(graph_error(d.text()), "argument 'bias' given twice"));
 }
 
+// Every node's target must be an operator torch.export.load accepts: it
+// resolves a target by walking its dotted path (so a module path reaches
+// os.system), and its verifier admits only op overloads, higher-order ops
+// and a few symbolic-shape builtins. Checked by the reader itself, so a
+// conversion with --graph, which reads no chain, refuses the file too.
+TEST(Pt2Json, NodeTargetsMustBeOperatorsTorchAccepts) {
+  for (const char* target :
+       {"torch.serialization.os.system", "builtins.eval", "torch.ops.aten.lstm.input.__globals__",
+        "torch.ops.aten.relu", "torch.ops.aten.nonexistent.default", "torch.relu", "os.system",
+        "_operator.getitem.__self__", "torch.ops.prims.abs.default", "torch.ops.higher_order.no_such_hop",
+        "#mylib:op", "aten.relu.default", ""}) {
+    GraphWriter g = linear_graph();
+    g.node("aten.relu.default", {"system"}, {{"self", arg_tensor("linear")}});
+    g.last_node()["target"] = target;
+    const std::string msg = graph_error(g.text());
+    EXPECT_EQ(msg, std::string("m.pt2: record 'm/models/model.json': graph_module.graph.nodes[1]: node 1 'system': "
+                               "target '") + target + "' is not an ATen operator ferry knows");
+  }
+  // Through the reader: loading the archive refuses it, whatever reads it next.
+  GraphWriter g = linear_graph();
+  g.node("aten.relu.default", {"system"}, {{"self", arg_tensor("linear")}});
+  g.last_node()["target"] = "torch.serialization.os.system";
+  const std::vector<RawTensor> tensors = {{"fc.weight", "weight_0", {2, 3}}, {"fc.bias", "weight_1", {2}}};
+  const std::string msg = load_error(test::pt2_raw(g.text(), test::weights_config(tensors),
+                                                   {{"weight_0", test::raw_bytes(std::vector<float>(6, 1.0f))},
+                                                    {"weight_1", test::raw_bytes(std::vector<float>(2, 1.0f))}}));
+  EXPECT_TRUE(contains(msg, ": record 'model/models/model.json': graph_module.graph.nodes[1]: node 1 'system': target "
+                            "'torch.serialization.os.system' is not an ATen operator ferry knows")) << msg;
+
+  // Accepted: ATen overloads ferry does not run, symbolic-shape ops.
+  GraphWriter ok = linear_graph();
+  ok.node("aten.cumsum.default", {"cumsum"}, {{"self", arg_tensor("p_fc_weight")}, {"dim", arg_int(1)}});
+  ok.node("aten.sym_size.int", {"s0"}, {{"self", arg_tensor("x")}, {"dim", arg_int(0)}});
+  ok.last_node()["outputs"] = test::ojson::array({{{"as_sym_int", {{"as_name", "s0"}}}}});
+  ok.node("aten.relu.default", {"mul"}, {{"a", {{"as_sym_int", {{"as_name", "s0"}}}}}, {"b", {{"as_sym_int", {{"as_int", 2}}}}}});
+  ok.last_node()["target"] = "_operator.mul";
+  ok.last_node()["outputs"] = test::ojson::array({{{"as_sym_int", {{"as_name", "mul"}}}}});
+  for (const char* sym : {"_operator.floordiv", "math.trunc", "torch.sym_max", "torch._sym_sqrt"}) {
+    GraphWriter h = ok;
+    h.last_node()["target"] = sym;
+    EXPECT_EQ(graph_error(h.text()), "") << sym;
+  }
+  EXPECT_EQ(graph_error(ok.text()), "");
+  EXPECT_EQ(chain_of(ok, {{"fc.weight", {2, 3}}, {"fc.bias", {2}}}).graph, "fc");
+}
+
+// A higher-order op (torch.cond, a no_grad block) holds subgraphs: its
+// arguments are positional (no names), and every target inside, at any
+// depth, is checked as the top level's; so is an operator passed as a value.
+TEST(Pt2Json, HigherOrderOpsHaveTheirSubgraphsChecked) {
+  auto subgraph = [](const std::string& target, const test::ojson& inner_arg) {
+    test::ojson node = {{"target", target},
+                        {"name", "y"},
+                        {"inputs", test::ojson::array({{{"name", "self"}, {"arg", inner_arg}, {"kind", 1}}})},
+                        {"outputs", test::ojson::array({arg_tensor("y")})},
+                        {"metadata", test::ojson::object()}};
+    return test::ojson{{"as_graph",
+                        {{"name", "submod_1"},
+                         {"graph", {{"inputs", test::ojson::array({arg_tensor("a")})},
+                                    {"outputs", test::ojson::array({arg_tensor("y")})},
+                                    {"nodes", test::ojson::array({node})}}}}}};
+  };
+  auto hop = [&](const test::ojson& graph_arg) {
+    GraphWriter g = linear_graph();
+    g.node("higher_order.wrap_with_set_grad_enabled", {"wrapped"},
+           {{"", arg_bool(false)}, {"", graph_arg}, {"", arg_tensor("linear")}});
+    return g;
+  };
+  EXPECT_EQ(graph_error(hop(subgraph("torch.ops.aten.relu.default", arg_tensor("a"))).text()), "");
+  std::string msg = graph_error(hop(subgraph("builtins.eval", arg_tensor("a"))).text());
+  EXPECT_EQ(msg, "m.pt2: record 'm/models/model.json': graph_module.graph.nodes[1].inputs[1].arg.as_graph.graph.nodes[0]: "
+                 "node 0 'y': target 'builtins.eval' is not an ATen operator ferry knows");
+  // Nested: a subgraph whose node is itself a higher-order op.
+  msg = graph_error(hop(subgraph("torch.ops.higher_order.wrap_with_set_grad_enabled",
+                                 subgraph("torch.serialization.os.system", arg_tensor("a")))).text());
+  EXPECT_TRUE(contains(msg, "as_graph.graph.nodes[0].inputs[0].arg.as_graph.graph.nodes[0]: node 0 'y': target "
+                            "'torch.serialization.os.system' is not an ATen operator ferry knows")) << msg;
+  msg = graph_error(hop({{"as_operator", "torch.serialization.os.system"}}).text());
+  EXPECT_EQ(msg, "m.pt2: record 'm/models/model.json': graph_module.graph.nodes[1].inputs[1].arg.as_operator: "
+                 "operator 'torch.serialization.os.system' is not an ATen operator ferry knows");
+  EXPECT_EQ(graph_error(hop({{"as_operator", "torch.ops.aten.relu.default"}}).text()), "");
+  // Off the chain a higher-order op is opaque; on it, refused naming it.
+  msg = chain_error(hop(subgraph("torch.ops.aten.relu.default", arg_tensor("a"))),
+                    {{"fc.weight", {2, 3}}, {"fc.bias", {2}}});
+  EXPECT_TRUE(contains(msg, "ferry does not run higher_order.wrap_with_set_grad_enabled (its argument 2 is on the chain)"))
+      << msg;
+}
+
 TEST(Pt2Json, ModuleStackPathsAreNormalised) {
   GraphWriter g = linear_graph();
   g.last_node()["metadata"]["nn_module_stack"] =
@@ -961,6 +1049,84 @@ TEST(Pt2Reader, ArchivesAndPrograms) {
   test::ZipBuilder plain;
   plain.add("data.pkl", test::bytes_of("x"));
   EXPECT_TRUE(contains(load_error(plain.finish()), "zip archive: entry 'data.pkl' is not inside a top-level folder"));
+}
+
+// The Linear program in the 2.9+ layout under model/, with `extra` records
+// (below model/) beside its own.
+Bytes pt2_with(const std::vector<std::pair<std::string, Bytes>>& extra) {
+  const std::vector<RawTensor> tensors = {{"fc.weight", "weight_0", {2, 3}}, {"fc.bias", "weight_1", {2}}};
+  test::ZipBuilder z;
+  z.add("model/data/weights/weight_0", test::raw_bytes(kW));
+  z.add("model/data/weights/weight_1", test::raw_bytes(kB));
+  z.add("model/data/weights/model_weights_config.json", test::bytes_of(test::weights_config(tensors)));
+  z.add("model/models/model.json", test::bytes_of(linear_graph().text()));
+  z.add("model/archive_format", test::bytes_of("pt2"));
+  z.add("model/archive_version", test::bytes_of("0"));
+  z.add("model/.data/version", test::bytes_of("6\n"));
+  z.add("model/byteorder", test::bytes_of("little"));
+  for (const auto& [name, bytes] : extra) z.add("model/" + name, bytes);
+  return z.finish();
+}
+
+// A zip that torch.load and torch.export.load would both read, as two
+// different models, is refused naming both readings, whatever its name;
+// records only one of them reads are not a second reading.
+TEST(Pt2Reader, PolyglotArchivesAreRefusedAsAmbiguous) {
+  test::TensorSpec w{"fc.weight", "FloatStorage", "0", "cpu", 6, 0, {2, 3}};
+  test::TensorSpec b{"fc.bias", "FloatStorage", "1", "cpu", 2, 0, {2}};
+  const Bytes pkl = test::state_dict_pickle({w, b});
+  const std::vector<std::pair<std::string, Bytes>> state_dict = {
+      {"data.pkl", pkl}, {"data/0", test::raw_bytes(std::vector<float>(6, 9.0f))},
+      {"data/1", test::raw_bytes(std::vector<float>(2, 9.0f))}, {"version", test::bytes_of("3\n")}};
+  std::string msg = load_error(pt2_with(state_dict));
+  EXPECT_TRUE(contains(msg, ": ambiguous: a torch.export archive (model/models/model.json) and a torch.save checkpoint "
+                            "(model/data.pkl) in one zip; torch.load and torch.export.load would read different models"))
+      << msg;
+  // TorchScript: torch.load hands an archive with constants.pkl to torch.jit.load.
+  std::vector<std::pair<std::string, Bytes>> script = state_dict;
+  script.emplace_back("constants.pkl", test::bytes_of("\x80\x02)."));
+  script.emplace_back("code/__torch__/model.py", test::bytes_of("class Net(Module):\n  pass\n"));
+  msg = load_error(pt2_with(script));
+  EXPECT_TRUE(contains(msg, ": ambiguous: a torch.export archive (model/models/model.json) and a TorchScript archive "
+                            "(model/constants.pkl, model/data.pkl) in one zip; torch.load (which hands it to "
+                            "torch.jit.load) and torch.export.load would read different models")) << msg;
+  // code/ without constants.pkl: torch.load still unpickles data.pkl.
+  msg = load_error(pt2_with({{"data.pkl", pkl}, {"code/__torch__/model.py", test::bytes_of("")}}));
+  EXPECT_TRUE(contains(msg, "ambiguous: a torch.export archive (model/models/model.json) and a torch.save checkpoint "
+                            "(model/data.pkl)")) << msg;
+  // A graph-less PT2 archive is still named by its archive_format record.
+  test::ZipBuilder bare;
+  bare.add("m/archive_format", test::bytes_of("pt2"));
+  bare.add("m/data.pkl", pkl);
+  msg = load_error(bare.finish());
+  EXPECT_TRUE(contains(msg, "ambiguous: a torch.export archive (m/archive_format) and a torch.save checkpoint (m/data.pkl)"))
+      << msg;
+
+  // One reading each: read as the .pt2 they are.
+  for (const auto& extra : std::vector<std::vector<std::pair<std::string, Bytes>>>{
+           {},                                                         // the plain archive
+           {{"constants.pkl", test::bytes_of("\x80\x02).")}},           // torch.jit.load would find no data.pkl
+           {{"extra/data.pkl", pkl}},                                  // not the folder's data.pkl
+           {{"data/weights/data.pkl", pkl}}}) {
+    Loaded l = load(pt2_with(extra));
+    EXPECT_TRUE(contains(l.ck.form, "torch.export archive")) << l.ck.form;
+    EXPECT_EQ(to_float32(l.ck.tensors[0]), kW);
+  }
+  // The 2.8 layout's weights are a torch.save zip nested in data/weights/.
+  const std::vector<RawTensor> tensors = {{"fc.weight", "weight_0", {2, 3}}, {"fc.bias", "weight_1", {2}}};
+  const std::vector<std::pair<std::string, Bytes>> storages = {{"weight_0", test::raw_bytes(kW)},
+                                                               {"weight_1", test::raw_bytes(kB)}};
+  EXPECT_EQ(to_float32(load(test::pt2_torch_save(linear_graph().text(), test::state_dict_zip(tensors, storages)))
+                           .ck.tensors[0]),
+            kW);
+  // The <= 2.7 layout keeps its records at the root: torch.load, which takes
+  // the folder of the first entry, cannot read it, whatever a folder holds.
+  test::ZipBuilder root;
+  root.add("serialized_exported_program.json", test::bytes_of(linear_graph().text()), false);
+  root.add("serialized_state_dict.pt", test::state_dict_zip(tensors, storages), false);
+  root.add("archive/data.pkl", pkl, false);
+  root.add("version", test::bytes_of("8.17"), false);
+  EXPECT_EQ(to_float32(load(root.finish()).ck.tensors[0]), kW);
 }
 
 TEST(Pt2Reader, CorruptedArchivesAreRefusedOrRead) {

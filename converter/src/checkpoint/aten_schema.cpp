@@ -1,10 +1,34 @@
 // The ATen schemas (native_functions.yaml) of the ops the .pt2 reader fills
 // omitted arguments for. Keep rows in the order of the header: recurrent,
 // weighted layers, time-axis ops, elementwise ops, shape ops, constants.
+// Then the operators a node's target may name at all (aten_ops.inc).
 #include "checkpoint/aten_schema.h"
+
+#include <algorithm>
+#include <iterator>
 
 namespace ferry::conv {
 namespace {
+
+#include "checkpoint/aten_ops.inc"
+
+// _SYM_OPS of torch/_export/serde/serialize.py that the verifier
+// (torch/_export/verifier.py) also admits, as the serializer names them
+// ("<module>.<name>"; torch.sym_sqrt is torch._sym_sqrt).
+constexpr std::string_view kSymbolicOps[] = {
+    "_operator.add",      "_operator.and_",   "_operator.eq",      "_operator.floordiv", "_operator.ge",
+    "_operator.gt",       "_operator.le",     "_operator.lshift",  "_operator.lt",       "_operator.mod",
+    "_operator.mul",      "_operator.ne",     "_operator.neg",     "_operator.or_",      "_operator.pow",
+    "_operator.rshift",   "_operator.sub",    "_operator.truediv", "math.trunc",         "torch._sym_sqrt",
+    "torch.sym_float",    "torch.sym_int",    "torch.sym_ite",     "torch.sym_max",      "torch.sym_min",
+    "torch.sym_not",      "torch.sym_sqrt",
+};
+
+template <size_t N>
+bool sorted_contains(const std::string_view (&table)[N], std::string_view s) {
+  const auto it = std::lower_bound(std::begin(table), std::end(table), s);
+  return it != std::end(table) && *it == s;
+}
 
 constexpr AtenDefault req() { return {AtenDefault::kRequired, 0, nullptr}; }
 constexpr AtenDefault none() { return {AtenDefault::kNone, 0, nullptr}; }
@@ -158,6 +182,18 @@ const AtenSchema* find_aten_schema(std::string_view target) {
   for (const AtenSchema& s : kSchemas)
     if (target == s.target) return &s;
   return nullptr;
+}
+
+ExportTargetKind export_target_kind(std::string_view target) {
+  constexpr std::string_view kAten = "torch.ops.aten.", kHigherOrder = "torch.ops.higher_order.";
+  if (target.substr(0, kAten.size()) == kAten)
+    return sorted_contains(kAtenOps, target.substr(kAten.size())) ? ExportTargetKind::kAten : ExportTargetKind::kUnknown;
+  if (target.substr(0, kHigherOrder.size()) == kHigherOrder)
+    return sorted_contains(kHigherOrderOps, target.substr(kHigherOrder.size())) ? ExportTargetKind::kHigherOrder
+                                                                                   : ExportTargetKind::kUnknown;
+  for (std::string_view op : kSymbolicOps)
+    if (target == op) return ExportTargetKind::kSymbolic;
+  return ExportTargetKind::kUnknown;
 }
 
 }  // namespace ferry::conv

@@ -46,4 +46,24 @@ struct AtenSchema {
 // The schema of `target` ("aten.linear.default"), or nullptr.
 const AtenSchema* find_aten_schema(std::string_view target);
 
+// What a graph node's target names, as the graph JSON spells it. torch.export.load
+// resolves a target by walking its dotted path from `torch`, `_operator` or
+// `math` (any attribute: "torch.serialization.os.system" walks to os.system)
+// and its verifier then admits only operator overloads, higher-order
+// operators and a few builtins; ferry admits what every torch that writes
+// graph schema 8 would:
+//   kAten         "torch.ops.aten.<op>.<overload>" of an overload torch
+//                 registers (aten_ops.inc, made by scripts/make_aten_ops.py)
+//   kSymbolic     the symbolic-shape ops of dynamic exports that the
+//                 serializer writes and the verifier admits: "_operator.mul",
+//                 "math.trunc", "torch.sym_max", ... (aten.sym_size.int is kAten)
+//   kHigherOrder  "torch.ops.higher_order.<name>" of a registered higher-order
+//                 operator (cond, wrap_with_set_grad_enabled, ...), whose
+//                 subgraphs' targets are checked the same way
+//   kUnknown      anything else: builtins, modules, attributes of an op
+//                 ("torch.ops.aten.lstm.input.__globals__"), other op
+//                 namespaces, extension operators ("#ns:op")
+enum class ExportTargetKind { kUnknown, kAten, kSymbolic, kHigherOrder };
+ExportTargetKind export_target_kind(std::string_view target);
+
 }  // namespace ferry::conv

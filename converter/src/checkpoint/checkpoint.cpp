@@ -45,6 +45,35 @@ Format detect_format(const uint8_t* d, size_t n) {
   return Format::Unknown;
 }
 
+// A zip that two of torch's readers would both read, as two models, is
+// refused. torch.load and torch.export.load both open a zip with
+// PyTorchStreamReader, whose records are those below the folder of entry 0:
+// torch.export.load reads a PT2 archive there (archive_format, models/), and
+// torch.load that folder's data.pkl as a torch.save checkpoint, or, beside a
+// constants.pkl, hands the archive to torch.jit.load as TorchScript. A root
+// archive (torch.export <= 2.7) is none of torch.load's (no folder), and a
+// TorchScript archive's own data.pkl is its one reading; the weights of a
+// torch 2.8 .pt2 are torch.save zips nested in data/weights/, not a second
+// reading of the outer one.
+void refuse_ambiguous_zip(const ZipReader& zip, const std::string& path) {
+  if (zip.prefix().empty() || !is_pt2(zip)) return;
+  const ZipEntry* pkl = zip.find("data.pkl");
+  if (!pkl) return;
+  std::string graph = zip.find("archive_format")->full_name;
+  for (const ZipEntry& e : zip.entries())
+    if (e.name.size() > 12 && e.name.compare(0, 7, "models/") == 0 && e.name.find('/', 7) == std::string::npos &&
+        e.name.compare(e.name.size() - 5, 5, ".json") == 0) {
+      graph = e.full_name;
+      break;
+    }
+  const ZipEntry* constants = zip.find("constants.pkl");
+  const std::string other = constants ? "a TorchScript archive (" + constants->full_name + ", " + pkl->full_name + ")"
+                                      : "a torch.save checkpoint (" + pkl->full_name + ")";
+  throw Error(path + ": ambiguous: a torch.export archive (" + graph + ") and " + other + " in one zip; torch.load" +
+              (constants ? " (which hands it to torch.jit.load)" : "") +
+              " and torch.export.load would read different models");
+}
+
 Checkpoint read_file(const MappedFile& file, const LoadOptions& options) {
   const std::string& path = file.path();
   const uint8_t* d = file.data();
@@ -55,6 +84,7 @@ Checkpoint read_file(const MappedFile& file, const LoadOptions& options) {
       ZipOptions zip_options;
       zip_options.root_records = true;
       const ZipReader zip(file.data(), file.size(), path, zip_options);
+      refuse_ambiguous_zip(zip, path);
       if (is_pt2(zip)) return read_pt2(zip, path, options);
       if (zip.prefix().empty())
         throw Error(path + ": zip archive: entry '" + zip.entries()[0].full_name + "' is not inside a top-level folder");

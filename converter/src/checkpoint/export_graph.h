@@ -3,6 +3,10 @@
 // mapping/export_chain.h to read the layer chain from. PYTORCH_FORMAT.md §8.
 //
 // What the reader guarantees (every graph it hands over):
+//   - every node's target is an ATen overload torch registers, a
+//     symbolic-shape op or a higher-order op (aten_schema.h:
+//     export_target_kind), checked whether or not the chain is read from
+//     the graph: a file torch.export.load refuses is refused;
 //   - nodes are in an order where every value is made before it is used: a
 //     node naming a value no graph input or earlier node makes is refused,
 //     which also refuses a cycle; no value is made twice;
@@ -72,7 +76,7 @@ struct ExportArg {
 
 struct ExportNode {
   std::string name;        // the node's name ("lstm"), else its first output's
-  std::string target;      // "aten.lstm.input" ("torch.ops." dropped)
+  std::string target;      // "aten.lstm.input" ("torch.ops." dropped), "_operator.mul", "higher_order.cond"
   std::vector<std::pair<std::string, ExportArg>> args;  // (schema name, value)
   std::vector<std::string> outputs;  // value names, in order ("" for an output it does not name)
   // The innermost entry of metadata.nn_module_stack, normalised to a dotted

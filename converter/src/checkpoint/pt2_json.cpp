@@ -327,6 +327,33 @@ void sym_int_entry(const Field& f, ExportArg& a) {
 
 std::string tensor_name(const Field& f) { return f.at("name").name(); }
 
+// Refuses the node `f` (the `index`th of its graph) when its target is not an
+// operator torch.export.load would accept, whether or not ferry reads the
+// chain from this graph (aten_schema.h: export_target_kind). Returns the target.
+std::string checked_target(const Field& f, size_t index) {
+  const std::string target = f.at("target").name();
+  if (export_target_kind(target) == ExportTargetKind::kUnknown) {
+    std::string node = std::to_string(index);
+    if (auto name = f.get("name"); name && name->is_string()) node += " '" + printable(name->str(), 128) + "'";
+    f.fail("node " + node + ": target '" + printable(target) + "' is not an ATen operator ferry knows");
+  }
+  return target;
+}
+
+ExportArg parse_arg(const Field& f);
+
+// A higher-order op's subgraph ({"name": .., "graph": {"nodes": [..], ..}}):
+// ferry reads nothing in it, but every target in it, at any depth, is
+// checked as the top-level graph's are.
+void check_subgraph(const Field& f) {
+  const Field nodes = f.at("graph").at("nodes");
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    (void)checked_target(nodes[i], i);
+    const Field inputs = nodes[i].at("inputs");
+    for (size_t k = 0; k < inputs.size(); ++k) (void)parse_arg(inputs[k].at("arg"));
+  }
+}
+
 ExportArg parse_arg(const Field& f) {
   ExportArg a;
   auto [key, v] = f.one_of();
@@ -416,6 +443,17 @@ ExportArg parse_arg(const Field& f) {
     a.text = device_text(v);
   } else if (key == "as_custom_obj") {
     f.fail("a custom-object (TorchBind) argument: ferry reads no script objects");
+  } else if (key == "as_operator") {
+    // An operator passed as a value (auto_functionalized's op): named as a target is.
+    a.kind = K::Other;
+    a.text = "as_operator";
+    const std::string op = v.name();
+    if (export_target_kind(op) == ExportTargetKind::kUnknown)
+      v.fail("operator '" + printable(op) + "' is not an ATen operator ferry knows");
+  } else if (key == "as_graph") {
+    a.kind = K::Other;
+    a.text = "as_graph";
+    check_subgraph(v);
   } else {
     a.kind = K::Other;
     a.text = printable(key, 64);
@@ -491,7 +529,7 @@ void output_names(const Field& f, std::vector<std::string>& out) {
 
 ExportNode parse_node(const Field& f, size_t index) {
   ExportNode node;
-  const std::string target = f.at("target").name();
+  const std::string target = checked_target(f, index);
   node.target = target.compare(0, 10, "torch.ops.") == 0 ? target.substr(10) : target;
   const Field inputs = f.at("inputs");
   if (inputs.size() > kMaxArgs) inputs.fail(std::to_string(inputs.size()) + " arguments (at most " +
@@ -499,8 +537,9 @@ ExportNode parse_node(const Field& f, size_t index) {
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Field in = inputs[i];
     const std::string name = in.at("name").name(256);
+    // A higher-order op's arguments are positional: no names.
     for (const auto& [n, a] : node.args)
-      if (n == name) in.fail("argument '" + printable(name) + "' given twice");
+      if (n == name && !name.empty()) in.fail("argument '" + printable(name) + "' given twice");
     node.args.emplace_back(name, parse_arg(in.at("arg")));
     if (auto kind = in.get("kind")) (void)kind->integer();
   }

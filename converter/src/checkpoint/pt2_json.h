@@ -49,8 +49,11 @@ struct PayloadEntry {
 std::vector<PayloadEntry> parse_payload_config(const uint8_t* data, size_t size, const std::string& label);
 
 // Parses and checks a graph JSON. Refuses a schema major other than 8
-// naming the version, custom-object (TorchBind) inputs and arguments, and
-// anything malformed.
+// naming the version, custom-object (TorchBind) inputs and arguments, a
+// node whose target is not an operator torch.export.load would accept
+// (aten_schema.h: export_target_kind; so too an operator argument and every
+// target inside a higher-order op's subgraph), naming the node's index, name
+// and target, and anything malformed.
 ExportGraph parse_export_graph(const uint8_t* data, size_t size, const std::string& label);
 
 }  // namespace ferry::conv

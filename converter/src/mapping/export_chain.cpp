@@ -367,12 +367,14 @@ class Reader {
     }
     // An op ferry does not run: fine off the chain (its outputs are
     // remembered as made by it), refused on it.
-    for (const auto& [name, a] : n.args) {
+    for (size_t i = 0; i < n.args.size(); ++i) {
+      const auto& [name, a] = n.args[i];
       for (const std::string& v : a.names) {
         if (v.empty()) continue;
         const Val& x = val(v);
         if (x.kind == Val::kChain || x.kind == Val::kHidden)
-          fail(n, "ferry does not run " + n.target + " (its '" + name + "' is on the chain)");
+          fail(n, "ferry does not run " + n.target + " (its " +
+                      (name.empty() ? "argument " + std::to_string(i) : "'" + name + "'") + " is on the chain)");
       }
     }
     mark_rest(n);
