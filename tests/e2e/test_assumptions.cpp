@@ -113,6 +113,25 @@ TEST(Assumptions, LayoutNormEpsAndActivationSlopesAreSaid) {
   EXPECT_EQ(c.err.find("assumed"), std::string::npos) << c.err;
 }
 
+// [B,F,T] in (convolutions first) and a sequence out: nothing in a state
+// dict says whether the model returns [B,F,T] or its RNN's [B,T,F].
+TEST(Assumptions, TheOutputLayoutOfAChannelsFirstSequenceModelIsSaid) {
+  TempDir dir;
+  const std::string ops = std::string(FERRY_FIXTURES_DIR) + "/ops/";
+  const std::string convert = "convert " + shell_quote(ops + "conv_gru_out_btf.pt") + " " + shell_quote(dir / "m.fb") +
+                              " --layout bft --graph 'conv(padding=1, stride=1, dilation=1, groups=1, "
+                              "padding_mode=zeros) > relu > gru'";
+  CommandResult c = run_ferry(convert, dir);
+  ASSERT_EQ(c.status, 0) << c.err;
+  EXPECT_NE(c.err.find("ferry: note: the output: assumed layout channels-first [B,F,T], as the input (the file does "
+                       "not record it); to change: --output-layout btf|tbf|bft"),
+            std::string::npos)
+      << c.err;
+  c = run_ferry(convert + " --output-layout btf", dir);
+  ASSERT_EQ(c.status, 0) << c.err;
+  EXPECT_EQ(c.err.find("assumed"), std::string::npos) << c.err;
+}
+
 TEST(Assumptions, ModulesOutsideTheChainAreIgnoredNotReadIntoAnError) {
   TempDir dir;
   std::string err;

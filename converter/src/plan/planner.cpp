@@ -849,6 +849,14 @@ PlanResult plan_conversion(const Checkpoint& checkpoint, const ModuleSet& module
     plan.output_layout = out_layout;
     r.output_layout_source = options.output_layout ? "--output-layout" : options.recorded_output_layout_source;
   }
+  // A channels-first input whose chain returns a sequence: networks that
+  // take [B,F,T] for their convolutions often return their RNN's [B,T,F].
+  // Nothing said which: the output keeps the input's layout, and says so.
+  const bool chain_from_file = !options.graph && options.inferred_graph.has_value();
+  if (!out_layout && plan.output_is_sequence && plan.channels_first && !chain_from_file) {
+    plan.assumptions.push_back({"the output", "layout", "channels-first [B,F,T], as the input",
+                                "--output-layout btf|tbf|bft"});
+  }
   r.graph = format_graph(chain);
 
   // Coverage: every tensor is used or listed as ignored with its reason.
