@@ -1407,6 +1407,122 @@ def whole_module(write, storages=None):
     return bytes(checkpoint(pkl=bytes(p.b), storages=storages).finish()[0])
 
 
+TS_HEAD_CODE = """class Head(Module):
+  __parameters__ = ["weight", "bias", ]
+  __buffers__ = []
+  weight : Tensor
+  bias : Tensor
+  training : bool
+  def forward(self: __torch__.Head,
+    input: Tensor) -> Tensor:
+    bias = self.bias
+    weight = self.weight
+    return torch.linear(input, weight, bias)
+  def __getstate__(self: __torch__.Head) -> Tuple[Tensor, Tensor, bool]:
+    return (self.weight, self.bias, self.training)
+"""
+
+
+def ts_setstate_archive(setstate, dict_state=False):
+    """Net whose `fc` is a Head: its class defines __getstate__ and
+    __setstate__ (lines `setstate`, the def included), so torch.jit.save
+    pickled a tuple (weight, bias, False), or with `dict_state` a dict
+    {weight, bias}, and torch.jit.load passes it to __setstate__."""
+    w, b = linear_tensors()
+
+    def root(p):
+        p.glob("__torch__", "Net").op(b")").op(0x81).op(b"}").mark()
+        p.str("training").op(0x89)
+        p.str("fc").glob("__torch__", "Head").op(b")").op(0x81)
+        if dict_state:
+            p.op(b"}").mark().str("weight")
+            p.tensor(**w[1])
+            p.str("bias")
+            p.tensor(**b[1])
+            p.op(b"u")
+        else:
+            p.mark()
+            p.tensor(**w[1])
+            p.tensor(**b[1])
+            p.op(0x89).op(b"t")
+        p.op(b"b")
+        p.op(b"u").op(b"b")
+    code = ts_net_code(["fc = self.fc", "return (fc).forward(x, )"], members="  fc : __torch__.Head\n")
+    return torchscript_archive(code + TS_HEAD_CODE + "".join("  " + line + "\n" for line in setstate), root=root)
+
+
+def script_branch_entries():
+    """TorchScript forwards that branch (if / else blocks, folded where the
+    file fixes the condition) and classes with __setstate__."""
+    setstate = ["def __setstate__(self: __torch__.Head,", "  state: Tuple[Tensor, Tensor, bool]) -> NoneType:"]
+    restore = ["  self.weight = (state)[0]", "  self.bias = (state)[1]", "  self.training = (state)[2]",
+               "  return None"]
+    add("checkpoints/control_ts_branches.pt",
+        torchscript_archive(ts_net_code(["fc = self.fc", "training = self.training", "if training:",
+                                         "  y = torch.dropout((fc).forward(x, ), 0.5, True)", "else:",
+                                         "  if torch.eq(torch.size((fc).forward(x, ), -1), 2):",
+                                         "    y = torch.relu((fc).forward(x, ))", "  else:", "    pass", "return y"])),
+        "convert", None, "TorchScript Net whose forward branches on self.training and on the Linear's width: "
+        "converts with no --graph as 'fc > relu'", ok=True)
+    add("checkpoints/control_ts_setstate_restore.pt", ts_setstate_archive(setstate + restore), "convert", None,
+        "TorchScript: a class whose __setstate__ only puts back the stored (weight, bias, training): followed, "
+        "converts", ok=True)
+    many = []
+    for _ in range(40):
+        many += ["if torch.eq(torch.dim(x), 2):", "  x = torch.relu(x)", "else:", "  x = torch.tanh(x)"]
+    deep = ["fc = self.fc"] + [" " * (2 * i) + "if torch.eq(1, 1):" for i in range(100)] + [" " * 200 + "pass"]
+    cases = [
+        ("ts_branch_batch_size.pt",
+         ["fc = self.fc", "y = (fc).forward(x, )", "if torch.gt(torch.size(x, 0), 1):", "  y = torch.relu(y)",
+          "else:", "  pass", "return y"],
+         "line 'if torch.gt(torch.size(x, 0), 1):': a branch on the batch size, not known when the file is read",
+         "a branch on the batch size"),
+        ("ts_branch_else_alone.pt", ["fc = self.fc", "else:", "  pass", "return (fc).forward(x, )"],
+         "line 'else:': an else without its if", "an else with no if before it"),
+        ("ts_branch_stray_indent.pt",
+         ["fc = self.fc", "if torch.eq(1, 1):", "    y = (fc).forward(x, )", "  y = x", "return y"],
+         "an indentation that matches no block", "a line indented between two blocks"),
+        ("ts_branch_nested_100.pt", deep + ["return (fc).forward(x, )"],
+         "branches nested deeper than 64 levels", "100 nested ifs"),
+        ("ts_branch_either_way_40.pt", many + ["return torch.cumsum((self.fc).forward(x, ), 1)"],
+         "a call to 'torch.cumsum', which ferry does not read as a chain element",
+         "40 branches on the input's rank (each could go either way), then a line ferry cannot read: a bounded "
+         "number of readings, the first one's error"),
+        ("ts_branch_raises.pt",
+         ["fc = self.fc", "if torch.eq(torch.size((fc).forward(x, ), -1), 2):",
+          "  ops.prim.RaiseException(\"width 2 is not supported\", \"builtins.ValueError\")", "else:", "  pass",
+          "return (fc).forward(x, )"],
+         "the forward raises an exception here ('width 2 is not supported')",
+         "an assert that fails on the path the file fixes"),
+        ("ts_branch_unknown_attribute.pt",
+         ["fc = self.fc", "if self.nowhere:", "  pass", "else:", "  pass", "return (fc).forward(x, )"],
+         "line 'if self.nowhere:': a branch on 'root.nowhere', not known when the file is read",
+         "a branch on an attribute the archive does not hold"),
+    ]
+    for name, body, expect, why in cases:
+        ckpt(name, torchscript_archive(ts_net_code(body)), expect, "TorchScript: " + why)
+    who = "module 'fc' (class __torch__.Head): its __setstate__ (record 'code/__torch__.py', line '"
+    ckpt("ts_setstate_scales.pt",
+         ts_setstate_archive(setstate + ["  self.weight = torch.mul((state)[0], 2.)"] + restore[1:]),
+         who + "self.weight = torch.mul((state)[0], 2.)') computes the value of 'weight': torch.jit.load runs it",
+         "TorchScript: __setstate__ doubles the stored weight, so torch's weight is not the stored one")
+    ckpt("ts_setstate_dict_scales.pt",
+         ts_setstate_archive(["def __setstate__(self: __torch__.Head,",
+                              "  state: Dict[str, Tensor]) -> NoneType:",
+                              "  self.weight = torch.mul(state[\"weight\"], 2.)", "  self.bias = state[\"bias\"]",
+                              "  return None"], dict_state=True),
+         who + "self.weight = torch.mul(state[\"weight\"], 2.)') computes the value of 'weight'",
+         "TorchScript: the pickled state is a dict like an attribute dict, but __setstate__ changes the weight")
+    ckpt("ts_setstate_missing_part.pt", ts_setstate_archive(setstate + ["  self.weight = (state)[7]"] + restore[1:]),
+         who + "self.weight = (state)[7]') reads a part the stored state (tuple) does not have",
+         "TorchScript: __setstate__ indexes past the stored tuple")
+    ckpt("ts_setstate_bad_signature.pt",
+         ts_setstate_archive(["def __setstate__(self: __torch__.Head, state: Tuple[Tensor, a, b, c) -> None:"]
+                             + restore),
+         "its __setstate__ (record 'code/__torch__.py', line 'def __setstate__(", 
+         "TorchScript: a __setstate__ whose signature never closes its bracket")
+
+
 def recorded_chain_entries():
     # TorchScript: a control, then one defect each.
     ok_body = ["fc = self.fc", "return (fc).forward(x, )"]
@@ -1420,7 +1536,8 @@ def recorded_chain_entries():
         ("ts_chain_branch.pt",
          ["fc = self.fc", "y = (fc).forward(x, )", "if bool(torch.gt(torch.sum(y), 0)):", "  y0 = torch.relu(y)",
           "else:", "  y0 = y", "return y0"],
-         "line 'if bool(torch.gt(torch.sum(y), 0)):': a branch (if)", "a data-dependent branch in forward"),
+         "line 'if bool(torch.gt(torch.sum(y), 0)):': a branch on the values of a tensor (torch.sum), which depends "
+         "on the data", "a data-dependent branch in forward"),
         ("ts_chain_unknown_call.pt", ["fc = self.fc", "return torch.cumsum((fc).forward(x, ), 1)"],
          "a call to 'torch.cumsum', which ferry does not read as a chain element",
          "an op ferry does not run, applied to the chain"),
@@ -2703,6 +2820,7 @@ def main():
     tar_entries()
     module_entries()
     recorded_chain_entries()
+    script_branch_entries()
     model_entries()
     quant_entries()
     op_entries()

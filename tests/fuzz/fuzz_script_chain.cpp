@@ -3,7 +3,8 @@
 // rather than through zip and Deflate.
 //
 // Input: byte 0 picks a real archive (kBases: TorchScript files torch wrote,
-// traced and scripted, and a whole pickled nn.Sequential); the rest is text:
+// traced and scripted, some whose forward branches, and a whole pickled
+// nn.Sequential); the rest is text:
 // the root module's forward, then for any other module "\n#--- PATH\n" and
 // its forward (tests/fuzz/make_seeds.py writes each base's own code this
 // way). A part left empty keeps the file's own code. The checkpoint's
@@ -35,6 +36,9 @@ using namespace ferry::conv;
 const char* const kBases[] = {
     "torch2_forms/traced_ts.pt",        "torch2_forms/scripted_ts.pt",     "ops/ts_traced_crnn.pt",
     "ops/ts_traced_inplace_residual.pt", "ops/ts_scripted_transposed_time_major.pt", "torch2_forms/seq_whole.pt",
+    // forwards that branch (if / else blocks) on attributes, ranks, sizes and a None default
+    "script_branches/branch_attributes.pt", "script_branches/branch_optional.pt",
+    "script_branches/branch_input_features.pt",
 };
 constexpr size_t kBaseCount = sizeof kBases / sizeof kBases[0];
 

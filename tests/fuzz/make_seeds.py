@@ -119,12 +119,14 @@ def main():
                 write("inputs", "model%d_ordinary_batch%d_%s" % (model, batch + 1, name),
                       bytes([model, batch, backend]) + struct.pack("<%df" % len(ordinary), *ordinary))
     script_chain_seeds()
+    script_branch_seeds()
 
 
 # fuzz_script_chain.cpp's kBases, in order.
 SCRIPT_BASES = ["torch2_forms/traced_ts.pt", "torch2_forms/scripted_ts.pt", "ops/ts_traced_crnn.pt",
                 "ops/ts_traced_inplace_residual.pt", "ops/ts_scripted_transposed_time_major.pt",
-                "torch2_forms/seq_whole.pt"]
+                "torch2_forms/seq_whole.pt", "script_branches/branch_attributes.pt",
+                "script_branches/branch_optional.pt", "script_branches/branch_input_features.pt"]
 
 
 def code_classes(z):
@@ -179,6 +181,36 @@ def script_chain_seeds():
                 varied = root_lines[:k] + [new] + root_lines[k + (tag == "call"):]
                 write("script_chain", "%s_%s_%d" % (stem, tag, k),
                       bytes([index]) + "\n".join(varied).encode())
+
+
+
+def script_branch_seeds():
+    """Variations of the branching bases' root forward: each `if` on the data
+    (refused), on a constant either way, with its `else` dropped or its block
+    indented wrongly, and an early return inside a branch."""
+    fixtures = os.path.join(HERE, "..", "fixtures")
+    for index, base in enumerate(SCRIPT_BASES):
+        if not base.startswith("script_branches/"):
+            continue
+        stem = os.path.basename(base)[:-3]
+        with zipfile.ZipFile(os.path.join(fixtures, base)) as z:
+            classes = code_classes(z)
+        root = [forward for cls, (members, forward) in classes.items() if cls.split(".")[-1] != "LSTM"
+                and cls.split(".")[-1] != "GRU" and cls.split(".")[-1] != "Linear"][0]
+        for k, line in enumerate(root):
+            stripped = line.strip()
+            if not stripped.startswith("if ") and stripped != "else:":
+                continue
+            indent = line[:len(line) - len(line.lstrip())]
+            variants = {"else_dropped": root[:k] + root[k + 1:]} if stripped == "else:" else {
+                "data": root[:k] + [indent + "if bool(torch.gt(torch.sum(x), 0)):"] + root[k + 1:],
+                "true": root[:k] + [indent + "if True:"] + root[k + 1:],
+                "false": root[:k] + [indent + "if torch.__not__(True):"] + root[k + 1:],
+                "misindent": root[:k + 1] + [" " + root[k + 1]] + root[k + 2:],
+                "return": root[:k + 1] + [indent + "  return x"] + root[k + 1:],
+            }
+            for tag, lines in variants.items():
+                write("script_chain", "%s_%s_%d" % (stem, tag, k), bytes([index]) + "\n".join(lines).encode())
 
 
 if __name__ == "__main__":

@@ -286,6 +286,119 @@ TEST(TorchScript, OddCodeIsReadAsTextOnly) {
   EXPECT_EQ(l.ck.tensors.size(), 5u);
 }
 
+// A module whose class defines __getstate__ and __setstate__: torch.jit.save
+// pickles what __getstate__ returns (here a tuple) and torch.jit.load passes
+// it to __setstate__. `state` is the pickled head state: a tuple (weight,
+// bias, False) or a dict {"w": weight, "b": bias} (`named`: {"weight": ...,
+// "bias": ...}, the attribute dict torch writes without __getstate__).
+Bytes setstate_data_pkl(bool dict_state, bool named) {
+  PickleBuilder p;
+  p.proto(2).global("__torch__", "Net").empty_tuple().newobj().empty_dict().mark();
+  p.str("training").boolean(false);
+  p.str("squash").boolean(true);
+  p.str("mode").integer(2);
+  p.str("pool").str("last");
+  p.str("head").global("__torch__", "Head").empty_tuple().newobj();
+  if (dict_state) {
+    p.empty_dict().mark();
+    p.str(named ? "weight" : "w");
+    test::emit_tensor(p, ts("0", 2, {1, 2}));
+    p.str(named ? "bias" : "b");
+    test::emit_tensor(p, ts("1", 1, {1}));
+    p.setitems();
+  } else {
+    p.mark();
+    test::emit_tensor(p, ts("0", 2, {1, 2}));
+    test::emit_tensor(p, ts("1", 1, {1}));
+    p.boolean(false).tuple();
+  }
+  p.build();
+  p.setitems().build().stop();
+  return p.bytes;
+}
+
+Bytes setstate_archive(const std::string& setstate_body, bool dict_state = false, bool getstate = true) {
+  const std::string code =
+      "class Net(Module):\n"
+      "  __parameters__ = []\n"
+      "  __buffers__ = []\n"
+      "  training : bool\n"
+      "  head : __torch__.Head\n"
+      "  def forward(self: __torch__.Net,\n"
+      "    x: Tensor) -> Tensor:\n"
+      "    head = self.head\n"
+      "    return (head).forward(x, )\n"
+      "class Head(Module):\n"
+      "  __parameters__ = [\"weight\", \"bias\", ]\n"
+      "  __buffers__ = []\n"
+      "  weight : Tensor\n"
+      "  bias : Tensor\n"
+      "  training : bool\n"
+      "  def forward(self: __torch__.Head,\n"
+      "    x: Tensor) -> Tensor:\n"
+      "    return torch.linear(x, self.weight, self.bias)\n" +
+      std::string(getstate ? "  def __getstate__(self: __torch__.Head) -> Tuple[Tensor, Tensor, bool]:\n"
+                             "    weight = self.weight\n"
+                             "    return (weight, self.bias, self.training)\n"
+                           : "") +
+      "  def __setstate__(self: __torch__.Head,\n"
+      "    state: Tuple[Tensor, Tensor, bool]) -> NoneType:\n" +
+      setstate_body + "    return None\n";
+  return test::torchscript_zip(setstate_data_pkl(dict_state, !getstate), {{"0", f32({1, 2})}, {"1", f32({3})}},
+                               {{"__torch__.py", code}});
+}
+
+TEST(TorchScript, SetstateThatRestoresTheStoredStateIsFollowed) {
+  // As torch.jit.script prints `self.weight = state[0]` ...
+  Loaded l = load(setstate_archive("    self.weight = (state)[0]\n    self.bias = (state)[1]\n"
+                                   "    self.training = (state)[2]\n"));
+  ASSERT_EQ(names_of(l.ck), (std::vector<std::string>{"head.weight", "head.bias"}));
+  EXPECT_EQ(to_float32(l.ck.tensors[0]), (std::vector<float>{1, 2}));
+  EXPECT_EQ(to_float32(l.ck.tensors[1]), (std::vector<float>{3}));
+  ASSERT_EQ(l.ck.module_objects.size(), 2u);
+  EXPECT_EQ(l.ck.module_objects[1].path, "head");
+  EXPECT_EQ(l.ck.module_objects[1].scalars.at("training"), "False");
+  // Plain scalar attributes, which a forward may branch on.
+  const auto& root = l.ck.module_objects[0].scalars;
+  EXPECT_EQ(root.at("squash"), "True");
+  EXPECT_EQ(root.at("mode"), "2");
+  EXPECT_EQ(root.at("pool"), "'last'");
+  EXPECT_TRUE(l.ck.ignored.empty());
+
+  // ... and a dict state read by key.
+  l = load(setstate_archive("    self.weight = state[\"w\"]\n    self.bias = (state)[\"b\"]\n", true));
+  ASSERT_EQ(names_of(l.ck), (std::vector<std::string>{"head.weight", "head.bias"}));
+  EXPECT_EQ(to_float32(l.ck.tensors[1]), (std::vector<float>{3}));
+}
+
+TEST(TorchScript, SetstateThatComputesIsRefusedNamingTheModule) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"    self.weight = torch.mul((state)[0], 2.)\n    self.bias = (state)[1]\n",
+       "line 'self.weight = torch.mul((state)[0], 2.)') computes the value of 'weight'"},
+      {"    self.weight = (state)[1]\n    self.weight = (state)[0]\n", "assigns 'weight' twice"},
+      {"    self.weight = (state)[5]\n", "reads a part the stored state (tuple) does not have"},
+      {"    self.weight = (state)[\"w\"]\n", "reads a part the stored state (tuple) does not have"},
+      {"    w = (state)[0]\n    self.weight = w\n", "does more than assign the stored values to attributes"},
+      {"    if torch.eq(1, 1):\n      self.weight = (state)[0]\n", "does more than assign"},
+      {"    self.weight = (state)[-1]\n", "computes the value of 'weight'"},
+  };
+  for (const auto& [body, why] : cases) {
+    const std::string e = load_error(setstate_archive(body));
+    EXPECT_TRUE(contains(e, "module 'head' (class __torch__.Head): its __setstate__ (record 'code/__torch__.py'"))
+        << e;
+    EXPECT_TRUE(contains(e, why)) << why << ": " << e;
+    EXPECT_TRUE(contains(e, "torch.jit.load runs it on the stored state")) << e;
+  }
+}
+
+TEST(TorchScript, SetstateWithoutGetstateIsNotCalled) {
+  // torch.jit.load sets the attributes itself unless both are defined, so
+  // the stored dict is what torch uses (checked on torch 1.13): read as is.
+  Loaded l = load(setstate_archive("    self.weight = torch.mul(state[\"w\"], 2.)\n", true, false));
+  ASSERT_EQ(names_of(l.ck), (std::vector<std::string>{"head.weight", "head.bias"}));
+  EXPECT_EQ(to_float32(l.ck.tensors[0]), (std::vector<float>{1, 2}));
+}
+
 TEST(TorchScript, TheFixtureFromTorch) {
   const std::string path = std::string(FERRY_FIXTURES_DIR) + "/models/lstm_torchscript.pt";
   if (!std::ifstream(path).good()) GTEST_SKIP() << "no fixture";

@@ -16,7 +16,14 @@
 // parameters — are deduplicated by storage, offset, shape and stride; any
 // left over are listed as ignored. Hyper-parameters: the Final constants of
 // each object's class (from code/) plus plain attributes in data.pkl, keyed
-// by the object's attribute path.
+// by the object's attribute path; every object's scalar attributes
+// (ModuleObject::scalars), which a forward may branch on.
+//
+// A class that defines both __getstate__ and __setstate__ is pickled as
+// whatever __getstate__ returned, and torch.jit.load rebuilds the object by
+// running __setstate__ on it: the attributes are followed only where that
+// code just assigns parts of the state back (restored_state), else the
+// module is refused, since the stored tensors are not the ones torch uses.
 //
 // code/ is only read as text, line by line: nothing in it is run. Each record
 // is inflated with a cap (ZipReader::extract), and so is their total.
@@ -407,7 +414,7 @@ class Walker {
       for (std::string& p : params) p = std::string(trim(std::string_view(p).substr(0, p.find(':'))));
     }
     if (params.size() != 2 || !is_identifier(params[0]) || !is_identifier(params[1]))
-      return refuse(info.setstate.empty() ? "" : info.setstate[0], "has a signature ferry does not read");
+      return refuse(std::string(trim(info.setstate[0])), "has a signature ferry does not read");
     const std::string& self = params[0];
     const std::string& arg = params[1];
     const Value* pickled = object->state;

@@ -32,13 +32,25 @@
 // skip). Zeros as initial states. Calls that only read shapes
 // (torch.size, int, ...) are ignored until their result is used.
 //
-// A loop or branch, any other call on a chain value, an initial state that
-// is not zeros, a training-mode dropout: refused with an Error naming the
-// line (and the code record and module whose forward it is), for the caller
-// to suggest a --graph. Reading is bounded: modules nested at most
-// kMaxScriptCallDepth calls deep, at most kMaxScriptSteps steps in all
-// (expressions evaluated, names an in-place op updates), tuples of at most
-// 256 parts, chains of at most 4096 elements.
+// An `if` (torch.jit.script prints a Python if as an `if ...: else:` block)
+// takes the branch PyTorch would where its condition is fixed by the file:
+// ranks along the chain, a value's feature count, a constant, a module's
+// attribute (ModuleObject::scalars, recorded hyper-parameters),
+// self.training (False: eval mode), whether an argument left at its default
+// is None. Where it differs between the input layouts still possible, or
+// rests on the input's feature count before any layer read it, each way is
+// tried in turn (a reading takes one, and the forward is read again with the
+// next when it fails: at most 16 readings, sharing the step budget).
+//
+// A loop, a branch the data decides (tensor values, the batch size, the time
+// length), a raise on the path taken, any other call on a chain value, an
+// initial state that is not zeros, a training-mode dropout: refused with an
+// Error naming the line (and the code record and module whose forward it
+// is), for the caller to suggest a --graph. Reading is bounded: modules
+// nested at most kMaxScriptCallDepth calls deep, at most kMaxScriptSteps
+// steps in all (expressions evaluated, names an in-place op updates), tuples
+// of at most 256 parts, chains of at most 4096 elements, blocks nested at
+// most script::kMaxNesting deep.
 #pragma once
 
 #include <cstddef>
