@@ -641,6 +641,15 @@ TEST(ScriptChain, BranchesOnWhatTheFileFixesAreFolded) {
     EXPECT_EQ(other.graph, "lstm > last > fc");
     EXPECT_TRUE(other.notes.empty());
   }
+  // A size as a truth value: a feature count is never 0.
+  EXPECT_EQ(chain_of(net({"if torch.size(x, -1):", "  y0, _0, = (self.lstm).forward__0(x, None, )", "else:", "  y0 = x",
+                          "return (self.fc).forward(torch.select(y0, 1, -1), )"}))
+                .graph,
+            "lstm > last > fc");
+  // Two layers that read the input must agree on its width.
+  const std::string err = refusal(net({"_0 = (self.fc).forward(x, )", "y, _1, = (self.lstm).forward__0(x, None, )",
+                                       "return _0"}));
+  EXPECT_NE(err.find("'lstm' reads 5 input features, but 'fc' took the input to have 8"), std::string::npos) << err;
   // The rank of the input differs between the input layouts still possible:
   // the layouts with a time axis are read first, then [B, F].
   {

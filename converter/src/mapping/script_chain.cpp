@@ -381,6 +381,7 @@ class Reader {
         const unsigned bit = 1u << l;
         if (!(possible & bit)) continue;
         if (c.known & bit) ways[c.per[l] != 0] |= bit;
+        else if ((c.symbolic & bit) && !c.boolean) ways[1] |= bit;  // a feature count is never 0
         else if (assume && (c.symbolic & bit)) ways[(assume == 1) == c.sym_eq] |= bit;
       }
       // The way the layouts with a time axis take first: ferry's input is a batch.
@@ -389,7 +390,7 @@ class Reader {
       for (const bool taken : {true_first, !true_first})
         if (ways[taken]) alternatives.push_back({taken, ways[taken], assume});
     };
-    if (c.symbolic & possible) {
+    if ((c.symbolic & possible) && c.boolean) {
       add(1);
       add(2);
     } else {
@@ -402,12 +403,12 @@ class Reader {
     if (!axes_.restrict_to(a.layouts)) fail("a branch that fits no input layout");
     if (a.assume == 1) {
       input_features_ = c.sym_n;
-      assumed_line_ = line_;
+      bound_by_ = "the branch on line '" + line_.substr(0, 120) + "'";
       notes_.push_back("read for an input of " + std::to_string(c.sym_n) + " features: the forward branches on "
                        "its feature count (line '" + line_.substr(0, 120) + "')");
     } else if (a.assume == 2) {
       input_not_features_.push_back(c.sym_n);
-      assumed_line_ = line_;
+      excluded_by_ = "the branch on line '" + line_.substr(0, 120) + "'";
     }
     return a.taken;
   }
@@ -430,9 +431,11 @@ class Reader {
   void bind_input(const Val& x, long long n, const std::string& what_layer) {
     if (x.chain || !x.hidden.empty() || n <= 0) return;
     const bool excluded = std::find(input_not_features_.begin(), input_not_features_.end(), n) != input_not_features_.end();
-    if ((input_features_ && *input_features_ != n) || excluded)
-      fail(what_layer + " reads " + std::to_string(n) + " input features, which the branch on line '" +
-           assumed_line_.substr(0, 120) + "' ruled out");
+    if (excluded) fail(what_layer + " reads " + std::to_string(n) + " input features, which " + excluded_by_ + " ruled out");
+    if (input_features_ && *input_features_ != n)
+      fail(what_layer + " reads " + std::to_string(n) + " input features, but " + bound_by_ + " took the input to have " +
+           std::to_string(*input_features_));
+    if (!input_features_) bound_by_ = what_layer;
     input_features_ = n;
   }
 
@@ -1443,7 +1446,7 @@ class Reader {
   bool in_condition_ = false;
   std::optional<long long> input_features_;  // read by a layer, or taken as given by a branch
   std::vector<long long> input_not_features_;  // ruled out by a branch
-  std::string assumed_line_;                  // the last branch that took either as given
+  std::string bound_by_, excluded_by_;        // what gave input_features_ / input_not_features_, for messages
   std::vector<std::string> notes_;
 };
 
