@@ -1351,8 +1351,9 @@ def ts_linear(p):
                      [("weight", lambda q: q.tensor(**w[1])), ("bias", lambda q: q.tensor(**b[1]))])
 
 
-def torchscript_archive(net_code, root=None):
-    """Net (Linear(3 -> 2) `fc`, or `root` writing the objects) with `net_code` as code/__torch__.py."""
+def torchscript_archive(net_code, root=None, constants=True):
+    """Net (Linear(3 -> 2) `fc`, or `root` writing the objects) with `net_code` as code/__torch__.py
+    (and constants.pkl unless `constants` is False)."""
     p = P().proto(2)
     if root:
         root(p)
@@ -1364,7 +1365,8 @@ def torchscript_archive(net_code, root=None):
         raw = text.encode()
         comp = zlib.compressobj(9, zlib.DEFLATED, -15)
         z.add("archive/code/" + name, comp.compress(raw) + comp.flush(), method=8, usize=len(raw))
-    z.add("archive/constants.pkl", b"\x80\x02).")
+    if constants:
+        z.add("archive/constants.pkl", b"\x80\x02).")
     return bytes(z.finish()[0])
 
 
@@ -2412,6 +2414,44 @@ def dcp_value_entries(md, files, S):
 # message early), a newline (which split it), a terminal escape, UTF-8. The
 # error must be whole and one line, the name spelled out: \0 \n \x1b.
 
+
+def torchscript_detection_entries():
+    # torch.load hands a zip to torch.jit.load only beside a constants.pkl
+    # (serialization.py, _is_torchscript_zip); code/ alone is TorchScript
+    # to none of torch's readers.
+    # control_ts_chain.pt is the same archive with its constants.pkl.
+    net = ts_net_code(["fc = self.fc", "return (fc).forward(x, )"])
+    ckpt("ts_code_without_constants.pt", torchscript_archive(net, constants=False),
+         "TorchScript code (archive/code/__torch__.py) without a constants.pkl record: torch.jit.load cannot read it "
+         "and torch.load would read its data.pkl as a plain checkpoint",
+         "code/ records and data.pkl, no constants.pkl: torch.load reads data.pkl, torch.jit.load fails")
+
+
+def escaping_entries():
+    w = dict(storage_cls="FloatStorage", key="0", numel=6, offset=0, size=[2, 3])
+    hostile = "fc\x00\n\x1b[2J\u00e9"
+    shown = "fc\\0\\n\\x1b[2J\u00e9"
+    ckpt("escaped_key_twice.pt",
+         checkpoint(pkl=state_dict_pickle([("module." + hostile + ".weight", w), (hostile + ".weight", w)]))
+         .finish()[0],
+         "tensor '%s.weight': key '%s.weight' appears twice once wrapper prefixes (module., _orig_mod.) "
+         "are stripped" % (shown, shown),
+         "two keys equal once module. is stripped, holding a NUL, a newline, a terminal escape and an e-acute")
+    # A DCP relative_path with a NUL: the message went on past it.
+    w0 = dcp_slice([1, 3], [0.5, -0.25, 0.125])
+    w1 = dcp_slice([1, 3], [1.0, 0.75, -0.5])
+    b = dcp_slice([2], [0.1, -0.2])
+    files = {"__0_0.distcp": b + w0, "__1_0.distcp": w1}
+    W = ("model.fc.weight", [2, 3], [([0, 0], [1, 3]), ([1, 0], [1, 3])], "float32")
+    B = ("model.fc.bias", [2], [([0], [2])], "float32")
+    storage = [("model.fc.bias", [0], "__0_0.distcp", 0, len(b), None),
+               ("model.fc.weight", [0, 0], "__0_0.distcp", len(b), len(w0), None),
+               ("model.fc.weight", [1, 0], "__1_0.distcp\x00/../../etc/passwd", 0, len(w1), None)]
+    dcp_dir("dcp_relative_path_nul", dcp_metadata([W, B], storage), files,
+            "relative_path: '__1_0.distcp\\0/../../etc/passwd' is not a plain file name of the checkpoint "
+            "directory", "a relative_path with a NUL before a climb out of the directory: the whole line is printed")
+
+
 # ---------------------------------------------------------------------------
 # Weight norm and spectral norm parts (PYTORCH_FORMAT.md §10), folded at
 # convert time: a Linear(3, 2) state dict whose weight is stored as parts.
@@ -2830,6 +2870,8 @@ def main():
     pt2_entries()
     pt2_target_entries()
     polyglot_entries()
+    escaping_entries()
+    torchscript_detection_entries()
     with open(os.path.join(HERE, "manifest.json"), "w") as f:
         json.dump(ENTRIES, f, indent=1)
         f.write("\n")

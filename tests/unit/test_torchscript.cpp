@@ -208,6 +208,7 @@ TEST(TorchScript, CodeBombsAreRefused) {
   {
     test::ZipBuilder z;
     z.add("m/data.pkl", net_data_pkl());
+    z.add("m/constants.pkl", test::bytes_of("\x80\x02)."));  // TorchScript to torch.load
     const Bytes small = test::deflate_stored_blocks(test::bytes_of("class Net(Module):\n"));
     z.add("m/code/__torch__.py", small, false, 8, (uint64_t{16} << 20) + 1);
     const std::string msg = load_error(z.finish());
@@ -217,6 +218,7 @@ TEST(TorchScript, CodeBombsAreRefused) {
   {
     test::ZipBuilder z;
     z.add("m/data.pkl", net_data_pkl());
+    z.add("m/constants.pkl", test::bytes_of("\x80\x02)."));  // TorchScript to torch.load
     const Bytes big = test::deflate_stored_blocks(Bytes(4096, ' '));
     z.add("m/code/__torch__.py", big, false, 8, 16);
     const std::string msg = load_error(z.finish());
@@ -226,11 +228,23 @@ TEST(TorchScript, CodeBombsAreRefused) {
   {
     test::ZipBuilder z;
     z.add("m/data.pkl", net_data_pkl());
+    z.add("m/constants.pkl", test::bytes_of("\x80\x02)."));  // TorchScript to torch.load
     Bytes cut = test::deflate_stored_blocks(Bytes(100, ' '));
     cut.resize(50);
     z.add("m/code/__torch__.py", cut, false, 8, 100);
     EXPECT_TRUE(contains(load_error(z.finish()), "corrupt Deflate data"));
   }
+}
+
+// torch.load hands a zip to torch.jit.load only beside a constants.pkl:
+// code/ records alone make no TorchScript archive to any of torch's readers.
+TEST(TorchScript, CodeWithoutConstantsIsNoReadersTorchScript) {
+  test::ZipBuilder z;
+  z.add("m/data.pkl", net_data_pkl());
+  const std::string code = "class Net(Module):\n";
+  z.add("m/code/__torch__.py", test::bytes_of(code));
+  const std::string msg = load_error(z.finish());
+  EXPECT_TRUE(contains(msg, "TorchScript code (m/code/__torch__.py) without a constants.pkl record")) << msg;
 }
 
 TEST(TorchScript, MalformedArchives) {

@@ -88,7 +88,7 @@ Checkpoint read_file(const MappedFile& file, const LoadOptions& options) {
       if (is_pt2(zip)) return read_pt2(zip, path, options);
       if (zip.prefix().empty())
         throw Error(path + ": zip archive: entry '" + zip.entries()[0].full_name + "' is not inside a top-level folder");
-      return is_torchscript(zip) ? read_torchscript(zip, path, options) : read_zip_checkpoint(zip, path, options);
+      return is_torchscript(zip, path) ? read_torchscript(zip, path, options) : read_zip_checkpoint(zip, path, options);
     }
     case Format::LegacyPickle:
       return read_legacy(file, options);

@@ -535,10 +535,21 @@ void read_constants(const ZipReader& zip, const std::string& path, bool big_endi
 
 }  // namespace
 
-bool is_torchscript(const ZipReader& zip) {
-  bool torchscript = zip.find("constants.pkl") != nullptr;
-  for (const ZipEntry& e : zip.entries()) torchscript = torchscript || e.name.rfind("code/", 0) == 0;
-  return torchscript;
+bool is_torchscript(const ZipReader& zip, const std::string& path) {
+  // What torch.load asks (serialization.py, _is_torchscript_zip): a
+  // constants.pkl record, and nothing else.
+  if (zip.find("constants.pkl")) return true;
+  // code/ records without it: torch.load reads data.pkl as a torch.save
+  // checkpoint (whose __torch__ classes it cannot import) and torch.jit.load
+  // cannot read it at all. Neither reads the TorchScript ferry would.
+  for (const ZipEntry& e : zip.entries()) {
+    if (e.name.rfind("code/", 0) == 0) {
+      throw Error(path + ": TorchScript code (" + e.full_name + ") without a constants.pkl record: "
+                  "torch.jit.load cannot read it and torch.load would read its data.pkl as a plain checkpoint; "
+                  "not read as either");
+    }
+  }
+  return false;
 }
 
 Checkpoint read_torchscript(const ZipReader& zip, const std::string& path, const LoadOptions& options) {

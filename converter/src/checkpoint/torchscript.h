@@ -10,9 +10,11 @@
 
 namespace ferry::conv::detail {
 
-// Whether a zip archive is a TorchScript archive: it has code/ or
-// constants.pkl beside data.pkl.
-bool is_torchscript(const ZipReader& zip);
+// Whether torch.load would hand the archive to torch.jit.load: it has a
+// constants.pkl. Throws Error for code/ records without one (TorchScript to
+// no reader of torch's).
+// `path` names the file in that message.
+bool is_torchscript(const ZipReader& zip, const std::string& path);
 
 // `zip` is the validated archive of the file named `path` (for messages).
 // --key does not apply (an archive holds one module) and is refused.
