@@ -103,6 +103,7 @@ dict_for() {
   case "$1" in
     zip) echo "$root/tests/fuzz/dict/zip.dict" ;;
     pickle | legacy | dcp) echo "$root/tests/fuzz/dict/pickle.dict" ;;
+    legacy_tar) cat "$root"/tests/fuzz/dict/{tar,pickle}.dict >"$build/legacy_tar.dict"; echo "$build/legacy_tar.dict" ;;
     safetensors) echo "$root/tests/fuzz/dict/safetensors.dict" ;;
     checkpoint) cat "$root"/tests/fuzz/dict/{zip,pickle}.dict >"$build/checkpoint.dict"; echo "$build/checkpoint.dict" ;;
     model_load | model_run | inputs) echo "$root/tests/fuzz/dict/model.dict" ;;
@@ -113,7 +114,7 @@ dict_for() {
 }
 max_len_for() {
   case "$1" in
-    zip | checkpoint | model_load | model_run) echo 32768 ;;
+    zip | checkpoint | model_load | model_run | legacy_tar) echo 32768 ;;  # legacy_tar: 512-byte blocks
     pt2) echo 131072 ;;  # a graph JSON and its storages
     *) echo 8192 ;;
   esac
