@@ -3,11 +3,7 @@
 #include <cstdint>
 
 namespace ferry::conv {
-namespace {
 
-// Length of the well-formed UTF-8 sequence starting at p[0] (2..4), or 0.
-// Encoded surrogates are accepted, as is_utf8() accepts CPython's
-// 'surrogatepass' output.
 size_t utf8_sequence(const uint8_t* p, size_t n) {
   const uint8_t c = p[0];
   size_t extra;
@@ -25,6 +21,8 @@ size_t utf8_sequence(const uint8_t* p, size_t n) {
   if (cp < kMin[extra] || cp > 0x10FFFF) return 0;
   return extra + 1;
 }
+
+namespace {
 
 void hex_escape(std::string& out, uint8_t c) {
   static constexpr char kHex[] = "0123456789abcdef";

@@ -8,6 +8,8 @@
 // each message stays whole and one line, and says what the file holds.
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <string>
 #include <string_view>
 
@@ -19,5 +21,11 @@ namespace ferry::conv {
 // Idempotent: escaped(escaped(s)) == escaped(s), so a message wrapped in
 // another message is escaped once.
 std::string escaped(std::string_view text);
+
+// The length (2..4) of the well-formed UTF-8 sequence of a non-ASCII lead
+// byte at p[0], of the n bytes at p; 0 where none starts there (a stray or
+// cut byte, an overlong form, a code point above U+10FFFF). Encoded
+// surrogates are accepted, as CPython's 'surrogatepass' writes them.
+size_t utf8_sequence(const uint8_t* p, size_t n);
 
 }  // namespace ferry::conv

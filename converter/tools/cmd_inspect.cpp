@@ -115,9 +115,10 @@ std::string json_string(const std::string& s) {
 std::vector<Assumption> stored_assumptions(const ferry::fb::Model* m) {
   std::vector<Assumption> out;
   if (!m->provenance() || !m->provenance()->assumptions()) return out;
-  const auto text = [](const flatbuffers::String* s) { return s ? escaped(s->str()) : std::string(); };
-  for (const auto* a : *m->provenance()->assumptions())
-    out.push_back({text(a->layer()), text(a->parameter()), text(a->value()), text(a->override())});
+  for (const auto* a : *m->provenance()->assumptions()) {
+    out.push_back({file_text(a->layer(), ""), file_text(a->parameter(), ""), file_text(a->value(), ""),
+                   file_text(a->override(), "")});
+  }
   return out;
 }
 

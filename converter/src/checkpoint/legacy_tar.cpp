@@ -252,14 +252,21 @@ int64_t int_item(const Value* v, const std::string& where, const char* what) {
   return v->integer;
 }
 
+// Record i of a storages or tensors member (`what`: "storage", "tensor"):
+// one pickled 3-tuple, whose fields `fields` names for the message.
+PickleTree triple_record(Section& s, const char* what, int64_t i, const std::string& where, const char* fields) {
+  PickleTree rec = s.pickle(std::string(what) + " " + std::to_string(i) + " record", nullptr, record_limits());
+  if (rec.root->kind != Kind::Tuple || rec.root->items.size() != 3)
+    throw Error(where + ": the record is a " + describe_value(rec.root) + ", not (" + fields + ")");
+  return rec;
+}
+
 void read_storages(Section& s, StorageTable& table) {
   const int64_t n = count_of(s, "storages");
   for (int64_t i = 0; i < n; ++i) {
     const std::string where = s.where() + " (storage " + std::to_string(i) + ")";
-    const PickleTree rec = s.pickle("storage " + std::to_string(i) + " record", nullptr, record_limits());
+    const PickleTree rec = triple_record(s, "storage", i, where, "key, location, storage type");
     const Value* r = rec.root;
-    if (r->kind != Kind::Tuple || r->items.size() != 3)
-      throw Error(where + ": the record is a " + describe_value(r) + ", not (key, location, storage type)");
     const int64_t key = int_item(r->items[0], where, "the key");
     if (r->items[1]->kind != Kind::String) throw Error(where + ": the location is a " + describe_value(r->items[1]) + ", not a str");
     const Value* type = r->items[2];
@@ -319,10 +326,8 @@ std::map<int64_t, TarTensor> read_tensors(Section& s, const StorageTable& table)
   const int64_t n = count_of(s, "tensors");
   for (int64_t i = 0; i < n; ++i) {
     const std::string where = s.where() + " (tensor " + std::to_string(i) + ")";
-    const PickleTree rec = s.pickle("tensor " + std::to_string(i) + " record", nullptr, record_limits());
+    const PickleTree rec = triple_record(s, "tensor", i, where, "key, storage key, tensor type");
     const Value* r = rec.root;
-    if (r->kind != Kind::Tuple || r->items.size() != 3)
-      throw Error(where + ": the record is a " + describe_value(r) + ", not (key, storage key, tensor type)");
     const int64_t key = int_item(r->items[0], where, "the key");
     if (r->items[1]->kind == Kind::None) throw Error(where + ": tensor " + std::to_string(key) + " has no storage");
     const std::string storage_key = std::to_string(int_item(r->items[1], where, "the storage key"));

@@ -159,24 +159,14 @@ Value* ValueArena::make() {
 }
 
 bool is_utf8(const uint8_t* p, size_t n) {
-  size_t i = 0;
-  while (i < n) {
-    const uint8_t c = p[i];
-    size_t extra;
-    uint32_t cp;
-    if (c < 0x80) { ++i; continue; }
-    if ((c & 0xE0) == 0xC0) { extra = 1; cp = c & 0x1F; }
-    else if ((c & 0xF0) == 0xE0) { extra = 2; cp = c & 0x0F; }
-    else if ((c & 0xF8) == 0xF0) { extra = 3; cp = c & 0x07; }
-    else return false;
-    if (n - i <= extra) return false;
-    for (size_t k = 1; k <= extra; ++k) {
-      if ((p[i + k] & 0xC0) != 0x80) return false;
-      cp = (cp << 6) | (p[i + k] & 0x3F);
+  for (size_t i = 0; i < n;) {
+    if (p[i] < 0x80) {
+      ++i;
+      continue;
     }
-    static constexpr uint32_t kMin[4] = {0, 0x80, 0x800, 0x10000};
-    if (cp < kMin[extra] || cp > 0x10FFFF) return false;  // overlong or out of range
-    i += extra + 1;
+    const size_t len = utf8_sequence(p + i, n - i);  // text.h: the one UTF-8 decoder
+    if (len == 0) return false;
+    i += len;
   }
   return true;
 }

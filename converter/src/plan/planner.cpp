@@ -765,6 +765,9 @@ PlanResult plan_conversion(const Checkpoint& checkpoint, const ModuleSet& module
                            const MappedFile* source) {
   PlanResult r;
   ModelPlan& plan = r.plan;
+  // The chain read from the file (TorchScript code, a .pt2 graph, an
+  // nn.Sequential) records its options: nothing in it is assumed.
+  const bool chain_from_file = !options.graph && options.inferred_graph.has_value();
   std::vector<GraphElement> chain;
   if (options.graph) {
     chain = parse_graph(*options.graph);
@@ -812,7 +815,7 @@ PlanResult plan_conversion(const Checkpoint& checkpoint, const ModuleSet& module
   }
 
   PlanBuilder b(plan, source);
-  ChainPlanner chain_planner(checkpoint, modules, b, r, !options.graph && options.inferred_graph.has_value());
+  ChainPlanner chain_planner(checkpoint, modules, b, r, chain_from_file);
   chain_planner.run(chain, layout.has_value());
   plan.output_size = chain_planner.width();
   plan.output_is_sequence = chain_planner.time_axis() && !chain_planner.collapsed();
@@ -852,7 +855,6 @@ PlanResult plan_conversion(const Checkpoint& checkpoint, const ModuleSet& module
   // A channels-first input whose chain returns a sequence: networks that
   // take [B,F,T] for their convolutions often return their RNN's [B,T,F].
   // Nothing said which: the output keeps the input's layout, and says so.
-  const bool chain_from_file = !options.graph && options.inferred_graph.has_value();
   if (!out_layout && plan.output_is_sequence && plan.channels_first && !chain_from_file) {
     plan.assumptions.push_back({"the output", "layout", "channels-first [B,F,T], as the input",
                                 "--output-layout btf|tbf|bft"});
