@@ -960,19 +960,7 @@ def legacy_stream(main_pickle=None, keys=("0", "1"), storages=None, protocol=100
     if main_pickle is None:
         p = P().proto(2).ordered_dict().mark()
         for name, key, numel, size in (("fc.weight", "0", 6, [2, 3]), ("fc.bias", "1", 2, [2])):
-            p.str(name).glob("torch._utils", "_rebuild_tensor_v2").mark()
-            p.mark().str("storage").glob("torch", "FloatStorage").str(key).str("cpu").int(numel).op(b"N")
-            p.op(b"t").op(b"Q").int(0).mark()
-            for d in size:
-                p.int(d)
-            p.op(b"t").mark()
-            acc, strides = 1, []
-            for d in reversed(size):
-                strides.insert(0, acc)
-                acc *= d
-            for d in strides:
-                p.int(d)
-            p.op(b"t").false().ordered_dict().op(b"t").op(b"R")
+            legacy_tensor(p.str(name), key, numel, size)
         main_pickle = bytes(p.op(b"u").stop().b)
     out += main_pickle
     kl = P().proto(2).op(b"]").mark()
