@@ -16,6 +16,7 @@
 #include "mapping/export_chain.h"
 #include "mapping/graph.h"
 #include "mapping/modules.h"
+#include "mapping/python_model.h"
 #include "mapping/script_chain.h"
 #include "mapping/sequential_chain.h"
 #include "plan/planner.h"
@@ -74,11 +75,12 @@ Layout layout_of(InputLayout l) {
 // A pickled module that is not an nn.Sequential records no forward at all:
 // like a state dict, it is refused only where the state dict is ambiguous.
 std::optional<RecordedChain> recorded_chain(const std::string& path, const Checkpoint& checkpoint,
-                                            const ModuleSet& modules) {
+                                            const ModuleSet& modules, const CodeModel* code) {
   if (checkpoint.module_objects.empty()) return std::nullopt;
   const bool script = has_script_forward(checkpoint);
   const bool records = script || is_sequential_class(checkpoint.module_objects[0].class_name);
   try {
+    if (code) return script_chain(checkpoint, modules, &code->program);
     return script ? script_chain(checkpoint, modules) : sequential_chain(checkpoint, modules);
   } catch (const Error& e) {
     std::string suggestion;
@@ -89,6 +91,9 @@ std::optional<RecordedChain> recorded_chain(const std::string& path, const Check
     } catch (const Error& s) {
       suggestion = s.what();
     }
+    if (code)
+      throw Error(std::string(e.what()) + " (reading the forward of " + code->class_name + " for " + path +
+                  "); " + suggestion + " and --layout");
     throw Error(path + ": " +
                 (script ? "cannot read the layer chain from the TorchScript forward code ("
                         : "cannot read the layer chain from the pickled module (") +
@@ -107,15 +112,33 @@ ConvertResult convert(const ConvertRequest& request) {
   load.key = request.key;
   // A file, or a distributed checkpoint directory (checkpoint/dcp.h).
   const CheckpointInput input = open_checkpoint(request.input, load);
-  const Checkpoint& checkpoint = input.checkpoint;
   const MappedFile* file = input.file.get();  // null for a directory
-  const ModuleSet modules = group_modules(checkpoint);
+  // --code: the checkpoint with the model class's modules and options
+  // written in, as a whole pickled module records them.
+  Checkpoint with_code;
+  std::optional<CodeModel> code;
+  ModuleSet modules = group_modules(input.checkpoint);
+  if (!request.code.empty()) {
+    if (input.checkpoint.export_graph || has_script_forward(input.checkpoint))
+      throw Error(request.input + ": " + input.checkpoint.form + " records its forward itself (" +
+                  (input.checkpoint.export_graph ? "an exported graph" : "TorchScript code") +
+                  "): convert it without --code");
+    stage("reading " + request.code.front() + (request.code.size() > 1 ? " and the other --code files" : ""));
+    with_code = input.checkpoint;
+    CodeOptions code_options;
+    code_options.layout_given = request.layout.has_value() || request.batch_first.has_value();
+    code_options.graph_given = request.graph.has_value();
+    code = read_model_code(request.code, with_code, modules, code_options);
+    modules = group_modules(with_code);
+  }
+  const Checkpoint& checkpoint = code ? with_code : input.checkpoint;
   PlanOptions plan_options;
   plan_options.graph = request.graph;
   plan_options.batch_first = request.batch_first;
   plan_options.layout = request.layout;
   plan_options.output_layout = request.output_layout;
   std::vector<std::string> chain_notes;
+  std::optional<ConvertReport::CodeRead> code_read;
   if (checkpoint.export_graph) {
     // .pt2: the chain and the input layout its graph records. With --graph
     // the user's chain is used and the weights alone are needed; the layout
@@ -142,7 +165,7 @@ ConvertResult convert(const ConvertRequest& request) {
     // TorchScript code, a whole pickled nn.Sequential: the chain it records.
     std::optional<RecordedChain> recorded;
     if (!request.graph) {
-      recorded = recorded_chain(request.input, checkpoint, modules);
+      recorded = recorded_chain(request.input, checkpoint, modules, code ? &*code : nullptr);
       if (recorded) {
         plan_options.inferred_graph = recorded->graph;
         chain_notes = recorded->notes;
@@ -151,19 +174,34 @@ ConvertResult convert(const ConvertRequest& request) {
       // A --graph of the user's: the input layout is still the file's to say
       // (a traced module records batch_first only in its code), where it reads.
       try {
-        recorded = has_script_forward(checkpoint) ? script_chain(checkpoint, modules)
-                                                  : sequential_chain(checkpoint, modules);
+        recorded = code ? script_chain(checkpoint, modules, &code->program)
+                   : has_script_forward(checkpoint) ? script_chain(checkpoint, modules)
+                                                    : sequential_chain(checkpoint, modules);
       } catch (const Error&) {
       }
     }
+    const std::string code_source = code ? "read from the forward of " + code->class_name + " (" + code->class_where + ")"
+                                         : std::string();
     if (recorded && recorded->layout) {
       plan_options.recorded_layout = layout_of(*recorded->layout);
-      plan_options.recorded_layout_source = has_script_forward(checkpoint) ? "read from the TorchScript code"
-                                                                           : "what the nn.Sequential's layers take";
+      plan_options.recorded_layout_source = code ? code_source
+                                            : has_script_forward(checkpoint) ? "read from the TorchScript code"
+                                                                             : "what the nn.Sequential's layers take";
     }
     if (recorded && recorded->output_layout) {
       plan_options.recorded_output_layout = layout_of(*recorded->output_layout);
-      plan_options.recorded_output_layout_source = "read from the TorchScript code: the axes it returns";
+      plan_options.recorded_output_layout_source = code ? code_source + ": the axes it returns"
+                                                        : "read from the TorchScript code: the axes it returns";
+    }
+    if (code) {
+      ConvertReport::CodeRead read;
+      read.class_name = code->class_name;
+      read.class_where = code->class_where;
+      read.root_path = code->root_path;
+      for (const CodeModel::Layer& l : code->layers) read.layers.push_back({l.path, l.constructor, l.where});
+      if (recorded && !request.graph) read.element_sources = recorded->sources;
+      code_read = std::move(read);
+      chain_notes.insert(chain_notes.begin(), code->notes.begin(), code->notes.end());
     }
   }
   PlanResult planned = plan_conversion(checkpoint, modules, plan_options, file);
@@ -176,7 +214,9 @@ ConvertResult convert(const ConvertRequest& request) {
     sha256 = std::async(std::launch::async, [&input] { return input.sha256(); });
     plan.source_sha256_async = [&sha256] { return sha256.get(); };
   }
-  plan.source_format = checkpoint.form;
+  plan.source_format = checkpoint.form + (code ? ", chain from " + code->class_name + " in " +
+                                                         code->class_where.substr(0, code->class_where.rfind(':'))
+                                              : std::string());
   plan.converter_version = std::string("ferry ") + FERRY_VERSION_STRING;
 
   ConvertResult result;
@@ -206,6 +246,7 @@ ConvertResult convert(const ConvertRequest& request) {
   for (const auto& f : modules.folded) report.folded.push_back(f->name + " = " + f->derivation);
   report.notes = planned.notes;
   report.assumptions = plan.assumptions;
+  report.code = std::move(code_read);
   for (const TensorPlan& t : plan.tensors) report.weight_bytes += t.numel() * sizeof(float);
   if (request.plan_only) {
     if (request.on_plan) request.on_plan(report);

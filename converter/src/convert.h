@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <array>
 #include <functional>
 #include <optional>
 #include <string>
@@ -40,6 +41,10 @@ struct ConvertRequest {
   std::string input;                  // IN: the checkpoint
   std::string output;                 // OUT.fb; empty: the model comes back in ConvertResult::bytes
   std::optional<std::string> graph;   // --graph; inferred when absent
+  // --code: Python files (FILE or FILE:Class, .py or .ipynb) defining the
+  // model: the chain and the layer options read from its source
+  // (mapping/python_model.h), never run.
+  std::vector<std::string> code;
   std::optional<bool> batch_first;    // --batch-first; else what the file records; else false
   std::optional<Layout> layout;       // --layout btf|tbf|bft (instead of --batch-first)
   std::optional<Layout> output_layout;  // --output-layout btf|tbf|bft; else the file's record; else the input's
@@ -91,6 +96,14 @@ struct ConvertReport {
   std::vector<std::string> folded;
   std::vector<std::string> notes;              // what the user should know
   std::vector<Assumption> assumptions;         // hyper-parameters assumed (plan/model_plan.h)
+  // --code: what was read: the class, each layer's constructor and line, and
+  // per chain element (as `graph` lists them) the line it came from.
+  struct CodeRead {
+    std::string class_name, class_where, root_path;
+    std::vector<std::array<std::string, 3>> layers;  // path, constructor, where
+    std::vector<std::string> element_sources;
+  };
+  std::optional<CodeRead> code;
   uint64_t weight_bytes = 0;                   // float32 weights as planned
   bool selftest_stored = false;
   // Quantized (after on_plan; quantization.requested empty when not asked).

@@ -95,7 +95,11 @@ void print_plan(const std::string& in, const ConvertReport& r, Verbosity verbosi
   const auto e = [](const std::string& s) { return conv::escaped(s); };
   std::printf("read     %s: %s, %zu tensors, storages on %s\n", in.c_str(), e(r.form).c_str(), r.tensor_count,
               locations.empty() ? "none" : e(locations).c_str());
-  std::printf("graph    %s%s\n", e(r.graph).c_str(), r.graph_inferred ? "  (inferred)" : "");
+  if (r.code)
+    std::printf("code     class %s (%s)%s\n", e(r.code->class_name).c_str(), e(r.code->class_where).c_str(),
+                r.code->root_path.empty() ? "" : ("  under '" + e(r.code->root_path) + "'").c_str());
+  std::printf("graph    %s%s\n", e(r.graph).c_str(),
+              !r.graph_inferred ? "" : r.code && !r.code->element_sources.empty() ? "  (read from its forward)" : "  (inferred)");
   const char* layout = r.channels_first ? "channels-first [B,F,T]"
                        : r.batch_first    ? (r.input_is_tokens ? "batch-first token ids [B,T]" : "batch-first [B,T,F]")
                                           : (r.input_is_tokens ? "time-major token ids [T,B]" : "time-major [T,B,F]");
@@ -180,6 +184,7 @@ namespace {
 
 struct ConvertOptions {
   std::string input, output, graph, layout, output_layout, key, quantize = "f32", calibration, c_array, rounding;
+  std::vector<std::string> code;
   float max_error = 0;
   bool batch_first = false, selftest = false, stats = false, fallback = false, quiet = false, verbose = false;
   CLI::Option *graph_opt = nullptr, *layout_opt = nullptr, *output_layout_opt = nullptr, *calibration_opt = nullptr, *max_error_opt = nullptr,
@@ -209,6 +214,7 @@ int run_convert(const ConvertOptions& o) {
   request.input = o.input;
   request.output = o.output;
   if (o.graph_opt->count()) request.graph = o.graph;
+  request.code = o.code;
   if (o.batch_first) request.batch_first = true;
   if (o.layout_opt->count()) {
     request.layout = o.layout == "btf"   ? conv::Layout::kBatchFirst
@@ -264,10 +270,15 @@ Action declare_convert(CLI::App& app) {
       "IN is any form ferry reads: a torch.save zip or legacy file (state dict, training checkpoint, whole\n"
       "module), TorchScript, safetensors, a torch.export .pt2 archive or a distributed checkpoint directory.\n"
       "The layer chain is read from the file where it records it (.pt2, TorchScript, a pickled Sequential),\n"
-      "else inferred where the tensors make it unambiguous, else given with --graph. docs/convert.md has\n"
-      "the ops, their options and examples.");
+      "else from the model's Python source given with --code (read, never run), else inferred where the\n"
+      "tensors make it unambiguous, else given with --graph. docs/convert.md has the ops, their options\n"
+      "and examples.");
   app.add_option("IN", o->input, "The checkpoint (a file, or a DCP directory)")->type_name("PATH")->required();
   app.add_option("OUT", o->output, "The model file to write (whole or not at all)")->type_name("OUT.fb")->required();
+  app.add_option("--code", o->code,
+                 "The model's Python source (.py or .ipynb; FILE:Class to name the class): its layers, options "
+                 "and forward are read, never run. May be given more than once")
+      ->type_name("FILE[:CLASS]");
   o->graph_opt = app.add_option("--graph", o->graph,
                                 "The layer chain: module paths and ops, e.g. \"lstm > last > fc\"")
                      ->type_name("SPEC");

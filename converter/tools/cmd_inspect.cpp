@@ -24,6 +24,7 @@
 #include "io/mapped_file.h"
 #include "io/sha256.h"
 #include "mapping/export_chain.h"
+#include "mapping/graph.h"
 #include "mapping/modules.h"
 #include "mapping/script_chain.h"
 #include "mapping/sequential_chain.h"
@@ -286,6 +287,7 @@ RecordedChainText recorded_chain_text(const Checkpoint& c, const ModuleSet& modu
 
 struct InspectOptions {
   std::string file, key, graph, layout, output_layout;
+  std::vector<std::string> code;
   bool json = false, batch_first = false;
   CLI::Option *graph_opt = nullptr, *layout_opt = nullptr, *output_layout_opt = nullptr;
 };
@@ -312,6 +314,7 @@ PlanView plan_checkpoint(const InspectOptions& o) {
   request.key = o.key;
   request.plan_only = true;
   if (o.graph_opt && o.graph_opt->count()) request.graph = o.graph;
+  request.code = o.code;
   if (o.batch_first) request.batch_first = true;
   if (o.layout_opt && o.layout_opt->count()) request.layout = layout_named(o.layout);
   if (o.output_layout_opt && o.output_layout_opt->count()) request.output_layout = layout_named(o.output_layout);
@@ -398,6 +401,20 @@ int inspect_checkpoint(const InspectOptions& o) {
             {{"layer", a.layer}, {"parameter", a.parameter}, {"value", a.value}, {"override", a.override}});
       }
       p["notes"] = r.notes;
+      if (r.code) {
+        nlohmann::ordered_json code;
+        code["class"] = r.code->class_name;
+        code["where"] = r.code->class_where;
+        code["under"] = r.code->root_path;
+        code["layers"] = nlohmann::ordered_json::array();
+        for (const auto& l : r.code->layers)
+          code["layers"].push_back({{"path", l[0]}, {"constructor", l[1]}, {"where", l[2]}});
+        code["chain"] = nlohmann::ordered_json::array();
+        const std::vector<GraphElement> elements = parse_graph(r.graph);
+        for (size_t i = 0; i < elements.size() && i < r.code->element_sources.size(); ++i)
+          code["chain"].push_back({{"element", format_graph({elements[i]})}, {"where", r.code->element_sources[i]}});
+        p["code"] = code;
+      }
       j["plan"] = p;
     } else {
       j["plan"] = {{"not_planned", plan.error}};
@@ -440,6 +457,19 @@ int inspect_checkpoint(const InspectOptions& o) {
     std::printf("plan     input %s (%s)", input_layout_code(r).c_str(), escaped(r.batch_first_source).c_str());
     if (r.output_layout) std::printf(", output %s (%s)", layout_code(*r.output_layout), escaped(r.output_layout_source).c_str());
     std::printf("\n");
+    if (r.code) {
+      std::printf("code     class %s (%s)%s\n", escaped(r.code->class_name).c_str(), escaped(r.code->class_where).c_str(),
+                  r.code->root_path.empty() ? "" : ("  under '" + escaped(r.code->root_path) + "'").c_str());
+      for (const auto& l : r.code->layers)
+        std::printf("code     %-20s %s  (%s)\n", escaped(l[0].empty() ? "root" : l[0]).c_str(), escaped(l[1]).c_str(),
+                    escaped(l[2]).c_str());
+      const std::vector<GraphElement> elements = parse_graph(r.graph);
+      for (size_t i = 0; i < elements.size() && i < r.code->element_sources.size(); ++i)
+        std::printf("chain    %-20s %s\n", escaped(format_graph({elements[i]})).c_str(),
+                    escaped(r.code->element_sources[i]).c_str());
+    }
+    if (r.code)
+      for (const std::string& n : r.notes) std::printf("note     %s\n", escaped(n).c_str());
     for (const std::string& line : assumption_lines(r.assumptions)) std::printf("assumed  %s\n", escaped(line).c_str());
   } else {
     std::printf("plan     not planned: %s\n", plan.error.c_str());
@@ -474,6 +504,9 @@ Action declare_inspect(CLI::App& app) {
       ->required();
   app.add_option("--key", o->key, "The entry of a checkpoint dict that holds the model")->type_name("NAME");
   app.add_flag("--json", o->json, "Print one JSON object instead of text");
+  app.add_option("--code", o->code,
+                 "A checkpoint: plan with the model's Python source, as convert would, and show what was read")
+      ->type_name("FILE[:CLASS]");
   o->graph_opt = app.add_option("--graph", o->graph, "A checkpoint: plan with this layer chain, as convert would")
                      ->type_name("SPEC");
   auto* batch_first = app.add_flag("--batch-first", o->batch_first, "A checkpoint: plan with a [batch, time, features] input");

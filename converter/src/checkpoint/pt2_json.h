@@ -24,11 +24,10 @@
 #include <vector>
 
 #include "checkpoint/export_graph.h"
+#include "io/bounded_json.h"
 
 namespace ferry::conv {
 
-constexpr size_t kMaxJsonBytes = size_t{64} << 20;
-constexpr int kMaxJsonDepth = 128;
 
 // One FQN of a payload config.
 struct PayloadEntry {

@@ -38,6 +38,7 @@ struct GraphElement {
   std::string option;   // a positional argument: "relu" / "tanh" for RNN modules, "tanh" for gelu
   std::map<std::string, std::string> args;  // KEY=VALUE arguments, as written
   unsigned slot = 0;    // SkipBegin / SkipEnd: nesting depth
+  std::string source;   // where a chain read from code found it ("model.py:42"); not part of the --graph text
 };
 
 // The built-in op named `name` (OpKind::Module when none is).

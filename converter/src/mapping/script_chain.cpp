@@ -70,6 +70,10 @@ struct Val {
   size_t parts = 1;                 // this value and the items in it, nested ones counted
   std::optional<long long> features;  // kTensor made by the chain: its feature count, where known
   bool shape = false;               // kOpaque: torch.size(x) of the tensor items[0]
+  bool device = false;              // kOpaque: a device (x.device, torch.device(...), a name for one)
+  std::string state_input;          // kOpaque: a root forward argument with no default (its name)
+  // kStatic: a size of one axis: the axis under each layout ('B', 'T', 'F'; 0 where not known)
+  std::array<char, kInputLayouts> axis{};
   bool data = false;                // kOpaque: computed from the values of a tensor
   // kStatic. Under the layouts in `symbolic`, the value is the input's
   // feature count, not known yet (a boolean: whether it is == sym_n, or !=
@@ -152,8 +156,9 @@ class Reader {
  public:
   // `forced`: the alternative taken at each branch that can go either way
   // (0 past its end); `steps` counts across readings.
-  Reader(const Checkpoint& c, const ModuleSet& m, std::vector<size_t> forced, size_t& steps)
-      : checkpoint_(c), modules_(m), forced_(std::move(forced)), steps_(steps) {
+  Reader(const Checkpoint& c, const ModuleSet& m, const python::Program* program, std::vector<size_t> forced,
+         size_t& steps)
+      : checkpoint_(c), modules_(m), program_(program), forced_(std::move(forced)), steps_(steps) {
     for (size_t i = 0; i < c.module_objects.size(); ++i) objects_.emplace(c.module_objects[i].path, i);
     for (const TensorRef& t : c.tensors) tensors_.insert(strip_wrapper_prefixes(t.name));
   }
@@ -170,7 +175,7 @@ class Reader {
     Val out = is_torch_nn(root) && root.final_constants ? class_semantics(root, in) : interpret(root, {input}, {}, true);
     line_.clear();
     std::vector<std::string> notes;
-    if (const std::string m = sequence_with_its_state(out); !m.empty()) {
+    if (const std::string m = sequence_with_its_state(out, program_ != nullptr); !m.empty()) {
       // A bare recurrent module (scripted or traced) returns (output, h_n)
       // or (output, (h_n, c_n)): ferry's output is the sequence, and the
       // final state is the session's (ferry_state_get).
@@ -189,7 +194,10 @@ class Reader {
       fail("forward returns its sequence transposed, and nothing in it says whether its input is " +
            layouts_text(axes_.possible()) + ": pass --graph, --layout and --output-layout");
     }
-    r.graph = format_graph(elements_of(out.chain));
+    const std::vector<GraphElement> elements = elements_of(out.chain);
+    r.graph = format_graph(elements);
+    if (program_)
+      for (const GraphElement& e : elements) r.sources.push_back(e.source);
     r.layout = axes_.decided();
     r.notes = std::move(notes);
     r.notes.insert(r.notes.end(), notes_.begin(), notes_.end());
@@ -204,12 +212,26 @@ class Reader {
   struct Frame {
     std::string path;  // whose forward
     std::map<std::string, Val> vars;
+    std::string method = "forward";              // Python source: the method (or function) read
+    const python::SourceFile* file = nullptr;    // Python source: its file
   };
+
+  // A forward (or, in Python source, any method or function), parsed once
+  // however often it is called.
+  struct Parsed {
+    std::vector<script::Parameter> parameters;
+    std::vector<script::Line> body;  // each line, what it says, and the blocks of branches
+    const python::SourceFile* file = nullptr;
+    bool is_static = false;
+  };
+
 
   // The recurrent module whose (sequence, final state) tuple `v` is, as its
   // forward returns it; empty if `v` is anything else. The sequence must
   // come from that module, the last on the chain.
-  static std::string sequence_with_its_state(const Val& v) {
+  // With `anywhere` (Python source: `return self.fc(out), hidden`), the
+  // module may be anywhere on the chain of the first value.
+  static std::string sequence_with_its_state(const Val& v, bool anywhere) {
     if (v.kind != Val::kTuple || v.items.size() < 2) return {};
     const Val& y = v.items[0];
     if (y.kind != Val::kTensor || !y.hidden.empty() || !y.chain || y.partial) return {};
@@ -226,13 +248,23 @@ class Reader {
       if (s->state_of.empty() || (!module.empty() && s->state_of != module)) return {};
       module = s->state_of;
     }
-    if (module.empty() || y.chain->element.module != module) return {};
-    return module;
+    if (module.empty()) return {};
+    for (Chain c = y.chain; c; c = anywhere ? c->prev : nullptr)
+      if (c->element.module == (module == kRootModuleName ? std::string(kRootModuleName) : module)) return module;
+    return {};
   }
 
   // ---------------------------------------------------------------- errors --
   [[noreturn]] void fail(const std::string& why) const {
     std::string where;
+    if (program_ && !frames_.empty()) {
+      const Frame& f = frames_.back();
+      if (f.file) where = f.file->where(number_) + ": ";
+      const std::string owner = f.method.rfind("def ", 0) == 0 ? f.method.substr(4) : class_of(f.path) + "." + f.method;
+      where += "in " + owner + (f.path.empty() ? "" : " of '" + f.path + "'") + ", ";
+      if (!line_.empty()) where += "'" + line_.substr(0, 120) + (line_.size() > 120 ? "...'" : "'") + ": ";
+      throw Error(where + why);
+    }
     if (!frames_.empty()) {
       auto it = objects_.find(frames_.back().path);
       const std::string& record = it == objects_.end() ? std::string() : checkpoint_.module_objects[it->second].code_record;
@@ -273,21 +305,54 @@ class Reader {
 
   // ------------------------------------------------------------ functions --
   // Reads `object`'s forward with `args` bound to its parameters after self.
-  Val interpret(const ModuleObject& object, std::vector<Val> args, std::map<std::string, Val> keywords, bool root) {
+  Val interpret(const ModuleObject& object, std::vector<Val> args, std::map<std::string, Val> keywords, bool root,
+                const std::string& method = "forward") {
     if (frames_.size() >= kMaxScriptCallDepth)
       fail("modules call each other more than " + std::to_string(kMaxScriptCallDepth) + " deep");
     for (const Frame& f : frames_)
-      if (f.path == object.path && !root) fail("module '" + shown(object.path) + "' calls itself");
-    const Parsed& fn = parsed(object);
-    if (fn.parameters.empty()) fail("forward of '" + shown(object.path) + "' takes no self");
+      if (f.path == object.path && f.method == method && !root)
+        fail("module '" + shown(object.path) + "' calls " + (method == "forward" ? "itself" : "its " + method + " again"));
+    const Parsed& fn = parsed(object, method);
     Frame frame;
     frame.path = object.path;
-    frame.vars[fn.parameters[0].name] = Val::of(Val::kModule, object.path);
-    for (size_t i = 1; i < fn.parameters.size(); ++i) {
+    frame.method = method;
+    frame.file = fn.file;
+    if (!fn.is_static) {
+      if (fn.parameters.empty()) fail(method + " of '" + shown(object.path) + "' takes no self");
+      frame.vars[fn.parameters[0].name] = Val::of(Val::kModule, object.path);
+    }
+    return call_def(fn, std::move(frame), fn.is_static ? 0 : 1, std::move(args), std::move(keywords), root,
+                    "the " + method + " of '" + shown(object.path) + "'");
+  }
+
+  // A module-level function of the --code files.
+  Val call_source_function(const std::string& name, std::vector<Val> args, std::map<std::string, Val> keywords) {
+    if (frames_.size() >= kMaxScriptCallDepth)
+      fail("functions call each other more than " + std::to_string(kMaxScriptCallDepth) + " deep");
+    for (const Frame& f : frames_)
+      if (f.method == "def " + name) fail("the function " + name + " calls itself");
+    const Parsed& fn = parsed_function(name);
+    Frame frame;
+    frame.path = frames_.empty() ? std::string() : frames_.back().path;
+    frame.method = "def " + name;
+    frame.file = fn.file;
+    return call_def(fn, std::move(frame), 0, std::move(args), std::move(keywords), false, "the function " + name);
+  }
+
+  // Binds `args` to the parameters of `fn` from `first` on and reads its body.
+  Val call_def(const Parsed& fn, Frame frame, size_t first, std::vector<Val> args, std::map<std::string, Val> keywords,
+               bool root, const std::string& what_fn) {
+    size_t next = 0;
+    for (size_t i = first; i < fn.parameters.size(); ++i) {
       const script::Parameter& p = fn.parameters[i];
       Val v;
-      if (i - 1 < args.size()) {
-        v = std::move(args[i - 1]);
+      if (!p.star.empty()) {
+        if (p.star == "*" && next < args.size()) fail("calls " + what_fn + " with arguments for its *" + p.name);
+        frame.vars[p.name] = Val::opaque("*" + p.name);
+        continue;
+      }
+      if (next < args.size()) {
+        v = std::move(args[next++]);
       } else if (auto k = keywords.find(p.name); k != keywords.end()) {
         v = std::move(k->second);
         keywords.erase(k);
@@ -295,22 +360,26 @@ class Reader {
         v = literal_expr(p.default_value);
       } else if (root) {
         v = Val::opaque("forward's second input '" + p.name + "'");
+        v.state_input = p.name;
       } else {
-        fail("calls the forward of '" + shown(object.path) + "' without its argument '" + p.name + "'");
+        fail("calls " + what_fn + " without its argument '" + p.name + "'");
       }
       frame.vars[p.name] = std::move(v);
     }
-    if (args.size() + 1 > fn.parameters.size())
-      fail("calls the forward of '" + shown(object.path) + "' with " + std::to_string(args.size()) + " arguments");
-    if (!keywords.empty()) fail("calls the forward of '" + shown(object.path) + "' with the unknown argument '" +
-                                keywords.begin()->first + "'");
+    if (next < args.size()) fail("calls " + what_fn + " with " + std::to_string(args.size()) + " arguments");
+    if (!keywords.empty()) fail("calls " + what_fn + " with the unknown argument '" + keywords.begin()->first + "'");
 
     const std::string caller_line = line_;
+    const size_t caller_number = number_;
     frames_.push_back(std::move(frame));
     std::optional<Val> v = run_block(fn.body);
-    if (!v) fail("forward of '" + shown(object.path) + "' has no return statement (in the lines kept)");
+    if (!v) {
+      if (!program_) fail(what_fn + " has no return statement (in the lines kept)");
+      v = Val::literal("None");  // Python: falls off the end, returns None
+    }
     frames_.pop_back();
     line_ = caller_line;
+    number_ = caller_number;
     return std::move(*v);
   }
 
@@ -319,6 +388,7 @@ class Reader {
   std::optional<Val> run_block(const std::vector<script::Line>& block) {
     for (const script::Line& line : block) {
       line_ = line.text;
+      number_ = line.number;
       const Statement& st = line.statement;
       switch (st.kind) {
         case Statement::kOther: fail(st.why);
@@ -330,25 +400,104 @@ class Reader {
           if (std::optional<Val> v = run_block(taken ? line.then : line.orelse)) return v;
           break;
         }
-        case Statement::kExpression: (void)eval(st.value); break;
+        case Statement::kFor: {
+          if (std::optional<Val> v = loop(st, line)) return v;
+          break;
+        }
+        case Statement::kExpression:
+          if (program_ && ignored_call(st.value)) break;
+          (void)eval(st.value);
+          break;
         case Statement::kAssign: {
           Val v = eval(st.value);
           if (st.targets.size() == 1) {
             frames_.back().vars[st.targets[0]] = std::move(v);
             break;
           }
-          if (v.kind == Val::kOpaque) {
+          if (!st.targets.empty() && v.kind == Val::kOpaque) {
             for (const std::string& t : st.targets) frames_.back().vars[t] = v;
             break;
           }
-          if ((v.kind != Val::kTuple && v.kind != Val::kList) || v.items.size() != st.targets.size())
-            fail("unpacks " + what(v) + " into " + std::to_string(st.targets.size()) + " names");
-          for (size_t k = 0; k < st.targets.size(); ++k) frames_.back().vars[st.targets[k]] = std::move(v.items[k]);
+          assign(st.target, std::move(v));
           break;
         }
       }
     }
     return std::nullopt;
+  }
+
+  // `a, (b, c) = v`, or a refusal of what ferry cannot follow.
+  void assign(const Expr& target, Val v) {
+    step();
+    switch (target.kind) {
+      case Expr::kName: frames_.back().vars[target.text] = std::move(v); return;
+      case Expr::kTuple: case Expr::kList: {
+        if (v.kind == Val::kOpaque) {
+          for (const Expr& t : target.items) assign(t, v);
+          return;
+        }
+        if ((v.kind != Val::kTuple && v.kind != Val::kList) || v.items.size() != target.items.size())
+          fail("unpacks " + what(v) + " into " + std::to_string(target.items.size()) + " names");
+        for (size_t k = 0; k < target.items.size(); ++k) assign(target.items[k], std::move(v.items[k]));
+        return;
+      }
+      case Expr::kAttribute:
+        fail("stores " + what(v) + " on an object (self." + target.text + " = ...): a forward that keeps state "
+             "between calls is not a chain (ferry's session carries the recurrent state: ferry_step, ferry_state_get)");
+      case Expr::kSubscript: fail("assigns to part of a value (an in-place update of an element)");
+      default: fail("assigns to something other than names");
+    }
+  }
+
+  // print(...), logging: expression statements that change nothing.
+  static bool ignored_call(const Expr& e) {
+    if (e.kind != Expr::kCall) return false;
+    const Expr& c = e.items[0];
+    if (c.is_name("print")) return true;
+    if (c.kind == Expr::kAttribute && c.items[0].kind == Expr::kName &&
+        (c.items[0].text == "logging" || c.items[0].text == "logger" || c.items[0].text == "log" ||
+         c.items[0].text == "warnings"))
+      return true;
+    if (c.kind == Expr::kAttribute && c.items[0].is_name("self") && (c.text == "log" || c.text == "log_dict")) return true;
+    return false;
+  }
+
+  // A for loop: over the modules of an nn.Sequential / nn.ModuleList, or a
+  // constant range, each step read in turn; any other loop is refused.
+  std::optional<Val> loop(const Statement& st, const script::Line& line) {
+    if (!program_) fail("a loop (for): the forward is not straight-line code");
+    const Val it = eval(st.value);
+    std::vector<Val> items;
+    if (it.kind == Val::kModule) {
+      for (const std::string& child : children_of(it.text)) items.push_back(Val::of(Val::kModule, child));
+    } else if (it.kind == Val::kList || it.kind == Val::kTuple) {
+      items = it.items;
+    } else {
+      fail("a loop over " + what(it) + ": a loop over time steps (a cell stepped by hand) or over the data is not a "
+           "layer chain; an nn.LSTM / nn.GRU / nn.RNN layer runs the steps itself");
+    }
+    if (items.size() > 256) fail("a loop of more than 256 steps");
+    for (Val& item : items) {
+      const std::string saved = line_;
+      const size_t saved_number = number_;
+      assign(st.target, std::move(item));
+      if (std::optional<Val> v = run_block(line.then)) return v;
+      line_ = saved;
+      number_ = saved_number;
+    }
+    return std::nullopt;
+  }
+
+  // The direct children of the module at `path`, in the order it holds them.
+  std::vector<std::string> children_of(const std::string& path) const {
+    std::vector<std::string> out;
+    for (const ModuleObject& o : checkpoint_.module_objects) {
+      if (o.path.empty() || o.path == path) continue;
+      const size_t dot = o.path.rfind('.');
+      const std::string parent = dot == std::string::npos ? std::string() : o.path.substr(0, dot);
+      if (parent == path) out.push_back(o.path);
+    }
+    return out;
   }
 
   // ------------------------------------------------------------ branches --
@@ -364,6 +513,10 @@ class Reader {
     in_condition_ = true;
     const Val c = eval(condition);
     in_condition_ = false;
+    return branch_on(c);
+  }
+
+  bool branch_on(const Val& c) {
     if (const auto b = bool_of(c)) return *b;
     if (c.is_none()) return false;
     if (const auto n = integer_of(c)) return *n != 0;
@@ -456,6 +609,7 @@ class Reader {
         continue;
       }
       const char axis = axes[static_cast<size_t>(d)];
+      r.axis[l] = axis;
       if (axis == 'F') {
         if (const auto f = features_of(x)) {
           r.per[l] = *f;
@@ -559,15 +713,26 @@ class Reader {
     return Val::literal(text);
   }
 
-  // A forward, parsed once however often it is called.
-  struct Parsed {
-    std::vector<script::Parameter> parameters;
-    std::vector<script::Line> body;  // each line, what it says, and the blocks of branches
-  };
+  // A forward (or, in Python source, any method or function), parsed once
+  // however often it is called.
 
-  const Parsed& parsed(const ModuleObject& object) {
-    auto it = functions_.find(object.path);
+  // The class of the files the module at `object` is (Python source), or null.
+  const python::ClassDef* source_class(const ModuleObject& object) const {
+    if (!program_) return nullptr;
+    return program_->find_class(object.class_name);
+  }
+
+  const Parsed& parsed(const ModuleObject& object, const std::string& method = "forward") {
+    const std::string key = object.path + "\n" + method;
+    auto it = functions_.find(key);
     if (it != functions_.end()) return *it->second;
+    if (program_) {
+      const python::ClassDef* cls = source_class(object);
+      const python::Def* def = cls ? program_->find_method(*cls, method).first : nullptr;
+      if (!def) fail("module '" + shown(object.path) + "' (" + class_of(object.path) + ") has no method " + method);
+      return *functions_.emplace(key, parse_def(*def)).first->second;
+    }
+    if (method != "forward") fail("calls '" + method + "' of module '" + shown(object.path) + "', a method ferry does not read");
     script::Function f;
     try {
       f = script::parse_function(object.forward);
@@ -577,7 +742,43 @@ class Reader {
     auto p = std::make_unique<Parsed>();
     p->parameters = std::move(f.parameters);
     p->body = script::parse_body(f);
-    return *functions_.emplace(object.path, std::move(p)).first->second;
+    return *functions_.emplace(key, std::move(p)).first->second;
+  }
+
+  const Parsed& parsed_function(const std::string& name) {
+    const std::string key = "\ndef " + name;
+    auto it = functions_.find(key);
+    if (it != functions_.end()) return *it->second;
+    const python::Def& def = program_->functions.at(name);
+    return *functions_.emplace(key, parse_def(def)).first->second;
+  }
+
+  // A def of the --code files, its unreadable lines marked so.
+  std::unique_ptr<Parsed> parse_def(const python::Def& def) {
+    script::Function f;
+    try {
+      f = script::parse_function(def.lines, def.numbers);
+    } catch (const Error& e) {
+      throw Error((def.file ? def.file->where(def.line) + ": " : std::string()) + e.what());
+    }
+    auto p = std::make_unique<Parsed>();
+    p->parameters = std::move(f.parameters);
+    p->body = script::parse_body(f);
+    p->file = def.file;
+    p->is_static = def.is_static();
+    if (!def.unreadable.empty()) mark_unreadable(p->body, def.unreadable);
+    return p;
+  }
+
+  static void mark_unreadable(std::vector<script::Line>& block, const std::map<size_t, std::string>& bad) {
+    for (script::Line& l : block) {
+      if (auto b = bad.find(l.number); b != bad.end()) {
+        l.statement = Statement{};
+        l.statement.why = "cannot be read: " + b->second;
+      }
+      mark_unreadable(l.then, bad);
+      mark_unreadable(l.orelse, bad);
+    }
   }
 
   // A parameter default: a constant.
@@ -597,8 +798,13 @@ class Reader {
         auto& vars = frames_.back().vars;
         if (auto it = vars.find(e.text); it != vars.end()) return it->second;
         if (e.text == "True" || e.text == "False" || e.text == "None") return Val::literal(e.text);
+        if (program_) return global(e.text);
         return Val::of(Val::kFunction, e.text);  // a global: torch, ops, __torch__, annotate, ...
       }
+      case Expr::kIfExp: return conditional(e);
+      case Expr::kDict: return Val::opaque("a dict");
+      case Expr::kComprehension: fail("a comprehension (a loop inside an expression)");
+      case Expr::kStarred: fail("arguments unpacked with * or **");
       case Expr::kTuple: case Expr::kList: {
         Val v = Val::of(e.kind == Expr::kTuple ? Val::kTuple : Val::kList);
         for (const Expr& item : e.items) add_item(v, eval(item));
@@ -608,6 +814,7 @@ class Reader {
         const Val base = eval(e.items[0]);
         if (base.kind == Val::kFunction) return Val::of(Val::kFunction, base.text + "." + e.text);
         if (base.kind == Val::kModule) return member(base.text, e.text);
+        if (program_ && (base.kind == Val::kTensor || base.kind == Val::kZeros)) return tensor_attribute(base, e.text);
         return Val::opaque("attribute '" + e.text + "' of " + what(base));
       }
       case Expr::kSubscript: return subscript(e);
@@ -615,6 +822,61 @@ class Reader {
       case Expr::kCall: return call(e);
     }
     fail("an expression ferry does not read");
+  }
+
+  // A name no frame binds, in Python source: a module-level constant, a
+  // function of the files, an import ("F" -> torch.nn.functional), a builtin.
+  Val global(const std::string& name) {
+    if (auto c = program_->constants.find(name); c != program_->constants.end()) {
+      if (std::find(constants_in_use_.begin(), constants_in_use_.end(), name) != constants_in_use_.end())
+        return Val::opaque("the constant " + name);
+      constants_in_use_.push_back(name);
+      const std::string saved = line_;
+      Val v = eval(c->second.value);
+      line_ = saved;
+      constants_in_use_.pop_back();
+      if (holds_tensor(v)) fail("the module-level constant " + name + " holds a tensor");
+      if (v.kind == Val::kOpaque && (name.find("device") != std::string::npos || name.find("DEVICE") != std::string::npos))
+        v.device = true;
+      return v;
+    }
+    if (program_->functions.count(name)) return Val::of(Val::kFunction, "__def__." + name);
+    if (program_->imports.count(name)) return Val::of(Val::kFunction, program_->qualified(name));
+    return Val::of(Val::kFunction, name);
+  }
+
+  // x.shape, x.device, x.dtype, x.data of a tensor (Python source).
+  Val tensor_attribute(const Val& x, const std::string& name) {
+    if (name == "shape") {
+      Val s = Val::opaque("the shape of a tensor");
+      s.shape = x.kind == Val::kTensor;
+      s.items.push_back(x);
+      return s;
+    }
+    if (name == "device" || name == "is_cuda") {
+      Val d = Val::opaque("the device of a tensor");
+      d.device = true;
+      return d;
+    }
+    if (name == "data") return x;
+    if (name == "dtype") return Val::opaque("the dtype of a tensor");
+    fail("the attribute '" + name + "' of a tensor");
+  }
+
+  // a if c else b: the branch c takes, where c is known as a branch's is; a
+  // value that is not a tensor chosen by something else (a device) is opaque.
+  Val conditional(const Expr& e) {
+    in_condition_ = true;
+    const Val c = eval(e.items[0]);
+    in_condition_ = false;
+    if (c.kind == Val::kOpaque && !c.data) {
+      const Val a = eval(e.items[1]), b = eval(e.items[2]);
+      if (holds_tensor(a) || holds_tensor(b)) unknown_branch(c.text, false);
+      Val v = Val::opaque("a value chosen by " + c.text);
+      v.device = a.device || b.device || (a.kind == Val::kLiteral && a.string) || (b.kind == Val::kLiteral && b.string);
+      return v;
+    }
+    return eval(e.items[branch_on(c) ? 1 : 2]);
   }
 
   void add_item(Val& tuple, Val item) {
@@ -696,9 +958,17 @@ class Reader {
 
   Val call(const Expr& e) {
     const Expr& callee = e.items[0];
+    if (program_ && callee.kind == Expr::kName && (callee.text == "__and__" || callee.text == "__or__")) return logical(e);
     // (m).forward(...) / (m).forward__0(...): a module call.
     if (callee.kind == Expr::kAttribute) {
       const Val base = eval(callee.items[0]);
+      if (program_ && base.kind == Val::kModule) {
+        const Val child = member(base.text, callee.text);
+        if (child.kind == Val::kModule) return call_module(child.text, "forward", arguments(e));
+        return module_method(base.text, callee.text, arguments(e));
+      }
+      if (program_ && (base.kind == Val::kTensor || base.kind == Val::kZeros || base.kind == Val::kParam))
+        return tensor_method(base, callee.text, arguments(e));
       if (base.kind == Val::kModule) {
         if (callee.text.rfind("forward", 0) != 0)
           fail("calls the method '" + callee.text + "' of module '" + shown(base.text) + "'");
@@ -707,6 +977,13 @@ class Reader {
       }
     }
     const Val fn = eval(callee);
+    if (program_ && fn.kind == Val::kModule) return call_module(fn.text, "forward", arguments(e));
+    if (program_ && fn.kind == Val::kFunction && fn.text.rfind("__def__.", 0) == 0) {
+      Args a = arguments(e);
+      return call_source_function(fn.text.substr(8), std::move(a.pos), std::move(a.kw));
+    }
+    if (program_ && fn.kind == Val::kFunction && program_->find_class(fn.text) && fn.text.find("torch.") != 0)
+      fail("builds a module (" + fn.text.substr(0, 60) + ") inside forward: its weights are not the checkpoint's");
     if (fn.kind != Val::kFunction) fail("calls " + what(fn));
     if (fn.text == "annotate" || fn.text == "unchecked_cast") {
       if (e.items.size() != 3) fail(fn.text + " without its two arguments");
@@ -714,6 +991,127 @@ class Reader {
     }
     Args a = arguments(e);
     return call_function(fn.text, a);
+  }
+
+  // `a and b` / `a or b`, lazily, where `a` decides.
+  Val logical(const Expr& e) {
+    const bool is_and = e.items[0].text == "__and__";
+    const Val a = eval(e.items[1]);
+    if (a.data) return a;
+    std::optional<bool> t = bool_of(a);
+    if (!t && a.is_none()) t = false;
+    if (!t && a.kind == Val::kModule) t = true;
+    if (!t) {
+      if (a.kind == Val::kStatic && a.boolean && a.symbolic == 0) {
+        // Known under each layout still possible: decided by branch_on, its alternatives included.
+        t = branch_on(a);
+      } else {
+        return Val::opaque("a condition on " + what(a));
+      }
+    }
+    if (*t != is_and) return a;
+    return eval(e.items[2]);
+  }
+
+  // self.x.method(...) (Python source): a module's forward, a method of its
+  // class in the files, or a torch.nn method that changes nothing.
+  Val module_method(const std::string& path, const std::string& method, Args a) {
+    if (method == "forward") return call_module(path, method, std::move(a));
+    auto it = objects_.find(path);
+    if (it != objects_.end()) {
+      const ModuleObject& object = checkpoint_.module_objects[it->second];
+      if (const python::ClassDef* cls = source_class(object); cls && program_->find_method(*cls, method).first)
+        return interpret(object, std::move(a.pos), std::move(a.kw), false, method);
+    }
+    if (method == "flatten_parameters" || method == "eval" || method == "train" || method == "zero_grad")
+      return Val::literal("None");
+    fail("calls the method '" + method + "' of module '" + shown(path) + "' (" + class_of(path) + "), which " +
+         (it == objects_.end() ? "the model does not hold" : "ferry does not read as a chain element"));
+  }
+
+  // x.method(...) of a tensor (Python source): the torch function
+  // TorchScript prints for it, with x first.
+  Val tensor_method(const Val& x, const std::string& name, Args a) {
+    static const char* const kSameTensor[] = {"float", "cuda", "cpu", "requires_grad_", "type_as", "float32"};
+    static const char* const kOtherDtype[] = {"double", "half", "bfloat16", "long", "int", "bool", "short", "byte"};
+    static const char* const kZerosStay[] = {"to", "cuda", "cpu", "float", "detach", "requires_grad_", "contiguous",
+                                             "clone", "type_as", "unsqueeze", "squeeze", "view", "reshape", "expand",
+                                             "repeat", "permute", "transpose", "zero_", "fill_"};
+    if (x.kind == Val::kZeros) {
+      for (const char* z : kZerosStay)
+        if (name == z) {
+          if (name == "fill_" && (a.pos.empty() || integer_of(a.pos[0]) != 0)) break;
+          return x;
+        }
+      fail("the initial state built with ." + name + "(): only zeros are read");
+    }
+    if (name == "new_zeros" || name == "zero_") return Val::of(Val::kZeros);
+    for (const char* same : kSameTensor)
+      if (name == same) return chain_value(&x, "x." + name + "()");
+    for (const char* other : kOtherDtype)
+      if (name == other) fail("converts the tensor to " + name + " (ferry runs float32)");
+    Args full;
+    full.pos.push_back(x);
+    for (Val& v : a.pos) full.pos.push_back(std::move(v));
+    full.kw = std::move(a.kw);
+    if (name == "size" || name == "dim") return call_function("torch." + name, full);
+    return call_function("torch." + name, full);
+  }
+
+  // view / reshape: read where it keeps every axis (x.view(x.size(0), -1)
+  // of a [B, F] value, x.reshape(B, T, F) of a [B, T, F] one); a view that
+  // changes the axes under a layout rules that layout out.
+  Val view(const std::string& fn, const Args& a) {
+    const Val& x = chain_value(a.get(0, "input"), fn);
+    std::vector<Val> dims;
+    if (a.pos.size() == 2 && (a.pos[1].kind == Val::kList || a.pos[1].kind == Val::kTuple)) dims = a.pos[1].items;
+    else dims.assign(a.pos.begin() + 1, a.pos.end());
+    if (const Val* shape = a.get(99, "shape"); shape && dims.empty()) dims = shape->items;
+    if (const Val* shape = a.get(99, "size"); shape && dims.empty()) dims = shape->items;
+    unsigned fits = 0;
+    const auto features = features_of(x);
+    for (unsigned l = 0; l < kInputLayouts; ++l) {
+      const std::string& axes = x.axes.under[l];
+      if (axes.empty() || !(axes_.possible() & (1u << l)) || axes.size() != dims.size()) continue;
+      bool ok = true;
+      size_t wildcards = 0;
+      for (size_t i = 0; i < dims.size() && ok; ++i) {
+        const Val& d = dims[i];
+        if (integer_of(d) == -1) {
+          ++wildcards;
+        } else if (d.kind == Val::kStatic && !d.boolean && d.axis[l] == axes[i] &&
+                   (axes[i] != 'F' || !features || !(d.known & (1u << l)) || d.per[l] == *features)) {
+        } else if (axes[i] == 'F' && features && integer_of(d) == *features) {
+        } else if (axes[i] == 'F' && d.kind == Val::kStatic && (d.known & (1u << l)) && features && d.per[l] == *features) {
+        } else {
+          ok = false;
+        }
+      }
+      if (ok && wildcards <= 1) fits |= 1u << l;
+    }
+    if (!fits || !axes_.restrict_to(fits))
+      fail(fn + " that changes the tensor's axes: ferry keeps one layout inside a model, so only a view that keeps "
+           "every axis (x.view(x.size(0), -1) of a [B, F] value) is read");
+    return x;
+  }
+
+  // flatten(x, start_dim, end_dim): read where it flattens one axis alone.
+  Val flatten(const std::string& fn, const Args& a) {
+    const Val& x = chain_value(a.get(0, "input"), fn);
+    const Val* s = a.get(1, "start_dim");
+    const Val* e = a.get(2, "end_dim");
+    const long long start = s ? integer_of(*s).value_or(99) : 0, end = e ? integer_of(*e).value_or(99) : -1;
+    unsigned fits = 0;
+    for (unsigned l = 0; l < kInputLayouts; ++l) {
+      const long long rank = static_cast<long long>(x.axes.under[l].size());
+      if (!rank || !(axes_.possible() & (1u << l))) continue;
+      const long long a0 = start < 0 ? start + rank : start, a1 = end < 0 ? end + rank : end;
+      if (a0 == a1 && a0 >= 0 && a0 < rank) fits |= 1u << l;
+    }
+    if (!fits || !axes_.restrict_to(fits))
+      fail(fn + " that merges axes: ferry keeps one layout inside a model, so only a flatten of one axis "
+           "(x.flatten(1) of a [B, F] value) is read");
+    return x;
   }
 
   Args arguments(const Expr& e) {
@@ -750,6 +1148,7 @@ class Reader {
     if (length_of(x.chain) >= kMaxChainElements)
       fail("a chain of more than " + std::to_string(kMaxChainElements) + " elements");
     Val y = x;
+    if (program_ && !frames_.empty() && frames_.back().file) e.source = frames_.back().file->where(number_);
     y.chain = std::make_shared<const ChainNode>(ChainNode{std::move(e), x.chain, length_of(x.chain) + 1});
     y.id = ++ids_;
     y.partial = false;
@@ -889,6 +1288,13 @@ class Reader {
       add_item(t, Val::opaque("the indices of torch.max"));
       return t;
     }
+    if (fn == "torch.view" || fn == "torch.reshape") return view(fn, a);
+    if (fn == "torch.flatten") return flatten(fn, a);
+    if (program_ && (raw == "Variable" || raw == "torch.autograd.Variable") && !a.pos.empty()) return a.pos[0];
+    if (program_ && (fn == "torch.add" || fn == "torch.sub" || fn == "torch.mul" || fn == "torch.div" ||
+                     fn == "torch.floordiv" || fn == "torch.remainder" || fn == "torch.pow" || fn == "torch.neg")) {
+      if (!std::any_of(a.pos.begin(), a.pos.end(), holds_tensor)) return number_op(fn, a);
+    }
     if (fn == "torch.add" || fn == "torch.add_") return residual(fn, a);
     if (fn == "torch.zeros" || fn == "torch.zeros_like") return Val::of(Val::kZeros);
     if (fn == "torch.to" && !a.pos.empty() && a.pos[0].kind == Val::kZeros) return a.pos[0];  // zeros moved to a device
@@ -896,12 +1302,17 @@ class Reader {
       // x.float(), x.to(device): float32 stays float32 (dtype 6); any other dtype is not read.
       for (size_t i = 1; i < a.pos.size(); ++i) {
         const Val& v = a.pos[i];
-        const bool device = v.kind == Val::kOpaque && v.text == "the result of torch.device";
+        const bool device = (v.kind == Val::kOpaque && (v.text == "the result of torch.device" || v.device)) ||
+                            (program_ && v.kind == Val::kLiteral && v.string &&
+                             (v.text.rfind("cuda", 0) == 0 || v.text == "cpu" || v.text == "mps")) ||
+                            (program_ && v.kind == Val::kFunction && (v.text == "torch.float32" || v.text == "torch.float"));
         if (!device && !bool_of(v) && !v.is_none() && integer_of(v) != 6)
           fail("torch.to with " + what(v) + " (only float32, dtype 6, or a device is read)");
       }
       for (const auto& [k, v] : a.kw)
-        if (k == "dtype" ? integer_of(v) != 6 && !v.is_none() : !(bool_of(v) || v.is_none() || v.kind == Val::kOpaque))
+        if (k == "dtype" ? integer_of(v) != 6 && !v.is_none() &&
+                               !(v.kind == Val::kFunction && (v.text == "torch.float32" || v.text == "torch.float"))
+                         : !(bool_of(v) || v.is_none() || v.kind == Val::kOpaque || (v.kind == Val::kLiteral && v.string)))
           fail("torch.to with " + k + "=" + what(v) + " (only float32, dtype 6, or a device is read)");
       return chain_value(&a.pos[0], fn);
     }
@@ -974,6 +1385,24 @@ class Reader {
     for (const auto& [k, v] : a.kw)
       if (holds_tensor(v)) fail("a call to '" + raw.substr(0, 80) + "', which ferry does not read as a chain element");
     return Val::opaque("the result of " + raw.substr(0, 80));
+  }
+
+  // Arithmetic on what is not a tensor (sizes, attributes): integers
+  // computed, anything else opaque.
+  Val number_op(const std::string& fn, const Args& a) {
+    for (const Val& v : a.pos)
+      if (v.data) return v;
+    if (fn == "torch.neg" && a.pos.size() == 1)
+      if (const auto n = integer_of(a.pos[0])) return Val::literal(std::to_string(-*n));
+    if (a.pos.size() == 2) {
+      const auto x = integer_of(a.pos[0]), y = integer_of(a.pos[1]);
+      if (x && y && std::llabs(*x) < (1LL << 31) && std::llabs(*y) < (1LL << 31)) {
+        if (fn == "torch.add") return Val::literal(std::to_string(*x + *y));
+        if (fn == "torch.sub") return Val::literal(std::to_string(*x - *y));
+        if (fn == "torch.mul") return Val::literal(std::to_string(*x * *y));
+      }
+    }
+    return Val::opaque("a number computed by " + fn);
   }
 
   const Val* nonnull(const Val* v, const std::string& fn) {
@@ -1316,12 +1745,27 @@ class Reader {
 
   void check_initial_state(const Val* hx, const std::string& fn) {
     if (!hx || hx->is_none() || hx->kind == Val::kZeros) return;
+    if (program_ && hx->kind == Val::kOpaque && !hx->state_input.empty()) return state_argument(*hx, fn);
     if ((hx->kind == Val::kList || hx->kind == Val::kTuple) && !hx->items.empty()) {
-      for (const Val& h : hx->items)
+      for (const Val& h : hx->items) {
+        if (program_ && h.kind == Val::kOpaque && !h.state_input.empty()) {
+          state_argument(h, fn);
+          continue;
+        }
         if (h.kind != Val::kZeros) fail(fn + " from an initial state that is " + what(h) + ", not zeros");
+      }
       return;
     }
     fail(fn + " from an initial state that is " + what(*hx) + ", not zeros");
+  }
+
+  // forward(self, x, hidden): the caller's state. ferry's session starts
+  // from zeros and carries the state from call to call itself.
+  void state_argument(const Val& h, const std::string& fn) {
+    const std::string note = "forward takes the initial state of " + fn + " as its argument '" + h.state_input +
+                             "': ferry starts from zeros (ferry_state_reset) and carries the state between calls "
+                             "(ferry_step; ferry_state_get / ferry_state_set to save or give one)";
+    if (std::find(notes_.begin(), notes_.end(), note) == notes_.end()) notes_.push_back(note);
   }
 
   Val recurrent_input(const Val& x, bool batch_first, const Module& m) {
@@ -1350,7 +1794,7 @@ class Reader {
 
   // ------------------------------------------------------------- modules --
   static bool is_torch_nn(const ModuleObject& o) {
-    return o.class_name.rfind("__torch__.torch.nn.modules.", 0) == 0;
+    return o.class_name.rfind("__torch__.torch.nn.modules.", 0) == 0 || o.class_name.rfind("torch.nn.modules.", 0) == 0;
   }
 
   Val call_module(const std::string& path, const std::string& method, Args a) {
@@ -1359,6 +1803,17 @@ class Reader {
     const ModuleObject& object = checkpoint_.module_objects[it->second];
     // A scripted torch.nn module is what its class computes; any other
     // module's forward is read.
+    if (program_ && object.forward.empty() && class_of(path) == "Sequential") {
+      // An nn.Sequential: each child in turn.
+      if (a.pos.size() != 1 || !a.kw.empty()) fail("calls the nn.Sequential '" + shown(path) + "' with other than one input");
+      Val x = a.pos[0];
+      for (const std::string& child : children_of(path)) {
+        Args one;
+        one.pos.push_back(std::move(x));
+        x = call_module(child, "forward", std::move(one));
+      }
+      return x;
+    }
     if (is_torch_nn(object) && (object.final_constants || method != "forward" || object.forward.empty()))
       return class_semantics(object, a);
     if (method != "forward") fail("calls '" + method + "' of module '" + shown(path) + "', a method ferry does not read");
@@ -1435,9 +1890,11 @@ class Reader {
   const ModuleSet& modules_;
   std::unordered_map<std::string, size_t> objects_;  // path -> module_objects index
   std::unordered_set<std::string> tensors_;          // state-dict keys, prefixes stripped
+  const python::Program* program_;
   std::unordered_map<std::string, std::unique_ptr<Parsed>> functions_;
   std::vector<Frame> frames_;
   std::string line_;
+  size_t number_ = 0;  // the line's number in its source file (Python source)
   ChainAxes axes_;
   unsigned ids_ = 0;
   std::vector<size_t> forced_;
@@ -1448,6 +1905,7 @@ class Reader {
   std::vector<long long> input_not_features_;  // ruled out by a branch
   std::string bound_by_, excluded_by_;        // what gave input_features_ / input_not_features_, for messages
   std::vector<std::string> notes_;
+  std::vector<std::string> constants_in_use_;  // module-level constants being read (one defined from itself)
 };
 
 }  // namespace
@@ -1456,7 +1914,7 @@ bool has_script_forward(const Checkpoint& checkpoint) {
   return !checkpoint.module_objects.empty() && !checkpoint.module_objects[0].forward.empty();
 }
 
-RecordedChain script_chain(const Checkpoint& checkpoint, const ModuleSet& modules) {
+RecordedChain script_chain(const Checkpoint& checkpoint, const ModuleSet& modules, const python::Program* program) {
   if (!has_script_forward(checkpoint)) throw Error("no forward code");
   // A reading that fails after a branch that could go either way is read
   // again with the next alternative of the last such branch (depth first);
@@ -1465,7 +1923,7 @@ RecordedChain script_chain(const Checkpoint& checkpoint, const ModuleSet& module
   std::vector<size_t> forced;
   std::optional<Error> first;
   for (size_t reading = 1;; ++reading) {
-    Reader reader(checkpoint, modules, forced, steps);
+    Reader reader(checkpoint, modules, program, forced, steps);
     try {
       return reader.run();
     } catch (const Error& e) {

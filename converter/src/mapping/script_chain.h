@@ -61,6 +61,7 @@
 #include "checkpoint/checkpoint.h"
 #include "mapping/chain_axes.h"
 #include "mapping/modules.h"
+#include "mapping/python_source.h"
 
 namespace ferry::conv {
 
@@ -73,6 +74,9 @@ struct RecordedChain {
   // transposes its result); nullopt otherwise (an nn.Sequential's always).
   std::optional<InputLayout> output_layout;
   std::vector<std::string> notes;  // what the chain leaves out of the forward's result
+  // Python source (--code): per element of `graph`, the file and line it was
+  // read from ("model.py:42"); empty for TorchScript code.
+  std::vector<std::string> sources;
 };
 
 constexpr size_t kMaxScriptCallDepth = 32;
@@ -83,6 +87,21 @@ bool has_script_forward(const Checkpoint& checkpoint);
 
 // The chain of the root module's forward. Throws Error saying which line
 // (of which module) it cannot read, and why.
-RecordedChain script_chain(const Checkpoint& checkpoint, const ModuleSet& modules);
+//
+// With `program` (--code: mapping/python_source.h, the module objects and
+// their options from mapping/python_model.h), the forwards are Python source
+// rather than TorchScript code, read by the same walker: `self.lstm(x)`
+// calls a module; `x.view(...)` and the other tensor methods are the torch
+// functions TorchScript prints for them; methods of the model's classes
+// (`self.init_hidden(b)`) and module-level functions of the files are read
+// where they are called; module-level constants and imports resolve names;
+// `for` runs over an nn.Sequential / nn.ModuleList or a constant range (a
+// loop over time steps is refused); `self.x = ...` (state kept on the
+// module), attention and anything else are refused with the file and line.
+// A view or reshape is read only where it keeps the axes as they are; a
+// root forward argument passed as a recurrent layer's initial state is the
+// state ferry's session carries, said in a note.
+RecordedChain script_chain(const Checkpoint& checkpoint, const ModuleSet& modules,
+                           const python::Program* program = nullptr);
 
 }  // namespace ferry::conv

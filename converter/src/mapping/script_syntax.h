@@ -47,6 +47,11 @@ struct Expr {
     kTuple,      // (items...)
     kList,       // [items...]
     kSlice,      // start:stop:step inside a subscript, each item a kName "None" where left out
+    // Python source only (TorchScript code prints none of these):
+    kIfExp,          // items[1] if items[0] else items[2]
+    kDict,           // {items[0]: items[1], ...}
+    kComprehension,  // [items[0] for items[1] in items[2]] (one `for`, no `if`); text: "[" "(" or "{"
+    kStarred,        // *items[0] (text "*") or **items[0] (text "**") in a call or a target
   };
   Kind kind = kName;
   std::string text;
@@ -56,16 +61,27 @@ struct Expr {
   bool is_name(const char* s) const { return kind == kName && text == s; }
 };
 
+// Operators are read as the calls TorchScript prints for them: a + b is
+// torch.add(a, b), a == b torch.eq(a, b), a is None torch.__is__(a, None),
+// not a torch.__not__(a), -a torch.neg(a) (a negative number stays a
+// number); `a and b` / `a or b` are calls of __and__ / __or__, which a reader
+// evaluates lazily; `a < b < c` is __and__(torch.lt(a, b), torch.lt(b, c)).
 struct Statement {
-  enum Kind { kAssign, kReturn, kExpression, kIf, kElif, kElse, kPass, kOther };
+  enum Kind { kAssign, kReturn, kExpression, kIf, kElif, kElse, kPass, kOther, kFor };
   Kind kind = kOther;
   std::vector<std::string> targets;  // kAssign: one name, or several for a tuple unpacked
-  Expr value;                        // kAssign / kReturn / kExpression; kIf / kElif: the condition
+  // kAssign: the target as written (a name, a tuple of targets nested,
+  // self.x, x[i]); `targets` is filled only where it is names alone. An
+  // augmented assignment `x += y` is `x = torch.add_(x, y)` (the in-place
+  // form of each operator).
+  Expr target;  // kFor: the loop's target
+  Expr value;                        // kAssign / kReturn / kExpression; kIf / kElif: the condition; kFor: what it iterates
   std::string why;                   // kOther: what it is ("a branch (if)", "a loop (for)", a syntax error)
 };
 
 struct Parameter {
   std::string name;
+  std::string star;  // "*" for *args, "**" for **kwargs, "" otherwise (a bare * or / is skipped)
   bool has_default = false;
   Expr default_value;
 };
@@ -77,6 +93,7 @@ struct Function {
   std::vector<Parameter> parameters;
   std::vector<std::string> body;
   std::vector<size_t> indents;  // one per body line
+  std::vector<size_t> numbers;  // one per body line: its line in the source (0: not known)
 };
 
 // A body line and, for an `if` (an `elif` becomes an `if` alone in the
@@ -85,13 +102,15 @@ struct Function {
 // block, blocks nested deeper than kMaxNesting) are kOther lines saying so.
 struct Line {
   std::string text;
+  size_t number = 0;  // in the source, where known
   Statement statement;
-  std::vector<Line> then, orelse;  // kIf only
+  std::vector<Line> then, orelse;  // kIf; kFor: its block in `then`
 };
 
 // Splits the lines of a `def` into its signature and body. Throws Error when
-// the signature cannot be read.
-Function parse_function(const std::vector<std::string>& lines);
+// the signature cannot be read. `numbers`, where given, are the lines'
+// numbers in the source (one per line), kept per body line for messages.
+Function parse_function(const std::vector<std::string>& lines, const std::vector<size_t>& numbers = {});
 
 // Parses one logical line of a body (leading spaces allowed). Never throws
 // for what the code says: unreadable text is a kOther statement with the
