@@ -128,6 +128,9 @@ ConvertResult convert(const ConvertRequest& request) {
     CodeOptions code_options;
     code_options.layout_given = request.layout.has_value() || request.batch_first.has_value();
     code_options.graph_given = request.graph.has_value();
+    if (request.batch_first) code_options.batch_first = *request.batch_first;
+    if (request.layout == Layout::kBatchFirst) code_options.batch_first = true;
+    if (request.layout == Layout::kTimeMajor) code_options.batch_first = false;
     code = read_model_code(request.code, with_code, modules, code_options);
     modules = group_modules(with_code);
   }
@@ -207,6 +210,8 @@ ConvertResult convert(const ConvertRequest& request) {
   PlanResult planned = plan_conversion(checkpoint, modules, plan_options, file);
   planned.notes.insert(planned.notes.end(), chain_notes.begin(), chain_notes.end());
   ModelPlan& plan = planned.plan;
+  if (code)
+    for (const CodeModel::Default& d : code->defaults) plan.assumptions.push_back({d.layer, d.parameter, d.value, d.override});
   plan.source_file = basename_of(request.input);
   // Hashed on a second core beside the weights, joined once they are written.
   std::future<std::string> sha256;

@@ -71,9 +71,18 @@ TEST(ScriptSyntax, WhatIsNotStraightLineIsNamed) {
   EXPECT_EQ(script::parse_statement("else:").kind, Statement::kElse);
   EXPECT_EQ(script::parse_statement("pass").kind, Statement::kPass);
   EXPECT_EQ(script::parse_statement("if _5").kind, Statement::kOther);  // no ':'
-  EXPECT_EQ(script::parse_statement("for t in range(torch.size(x, 1)):").why, "a loop (for)" + tail);
+  // A for loop is a block (the walker refuses it unless it runs over modules
+  // or a constant range, in Python source); a while loop is not read.
+  EXPECT_EQ(script::parse_statement("for t in range(torch.size(x, 1)):").kind, Statement::kFor);
   EXPECT_EQ(script::parse_statement("while True:").why, "a loop (while)" + tail);
-  for (const char* bad : {"y = x + 1", "y = (x", "y = f(x))", "y = 'open", "= x", "y = 1x", "x[0] = y"}) {
+  // Operators are the calls TorchScript prints for them; x[0] = y is an
+  // assignment the walker refuses.
+  const Statement add = script::parse_statement("y = x + 1");
+  ASSERT_EQ(add.kind, Statement::kAssign);
+  EXPECT_EQ(add.value.kind, Expr::kCall);
+  EXPECT_EQ(add.value.items[0].text, "torch.add");
+  EXPECT_EQ(script::parse_statement("x[0] = y").target.kind, Expr::kSubscript);
+  for (const char* bad : {"y = (x", "y = f(x))", "y = 'open", "= x", "y = 1x", "y = lambda t: t", "a = b = c"}) {
     const Statement s = script::parse_statement(bad);
     EXPECT_EQ(s.kind, Statement::kOther) << bad;
     EXPECT_NE(s.why.find("cannot be read"), std::string::npos) << bad << ": " << s.why;
@@ -142,7 +151,6 @@ TEST(ScriptSyntax, BranchesAreBlocksByIndentation) {
       {{"y = x", "  z = y", "return z"}, "an indented line outside a block"},
       {{"if c:", "return x"}, "a branch without its block"},
       {{"if c:", "    y = x", "  z = x", "return y"}, "an indentation that matches no block"},
-      {{"for i in range(3):", "  x = torch.relu(x)", "return x"}, "a loop (for)"},
   };
   for (const auto& [lines, why] : broken) {
     std::vector<std::string> code = {"  def forward(self, x):"};
@@ -506,7 +514,9 @@ TEST(ScriptChain, RefusalsNameTheLineAndWhy) {
       {{"_0 = (self.lstm).forward(x, )"}, "has no return statement"},
       {{"_0 = (self.missing).forward(x, )", "return _0"}, "calls attribute 'forward' of 'root.missing'"},
       {{"_0 = (self.lstm)._flat(x, )", "return _0"}, "calls the method '_flat' of module 'lstm'"},
-      {{"_0 = y + x", "return _0"}, "cannot be read"},
+      {{"_0 = y + x", "return _0"}, "torch.add of the function y"},
+      {{"_0 = (self.lstm).forward(x, )", "_0[0] = x", "return _0"}, "assigns to part of a value"},
+      {{"for t in range(3):", "  x = (self.lstm).forward(x, )", "return x"}, "a loop (for)"},
       {{"_0 = torch.to((self.lstm).forward(x, ), 5)", "return _0"},
        "torch.to with the constant 5 (only float32, dtype 6, or a device is read)"},
       {{"_0 = torch.to(x, 6, False, False, None)", "_1 = torch.to((self.lstm).forward(_0, ), torch.device(\"cpu\"))",

@@ -34,7 +34,8 @@ struct CVal {
   double f = 0;
   std::string s;      // kStr: the text; kUnknown: what it is; kClass / kFunction: the qualified name
   std::string param;  // kUnknown: the constructor parameter it rests on
-  bool bare = false;  // kUnknown: the parameter itself, not computed from it
+  bool bare = false;  // the parameter itself, not computed from it
+  bool defaulted = false;  // known: the default of the root constructor's parameter `param`
   std::vector<CVal> items;  // kTuple / kList; kDict: key, value, key, value...
   int node = -1;            // kModule
 
@@ -348,7 +349,12 @@ class Constructor {
         frames_.back().file = init->file;
         v = eval(prm.default_value);
         frames_.pop_back();
-        if (frame.root && v.known()) defaults_[prm.name] = v;
+        if (frame.root && v.known()) {
+          defaults_[prm.name] = v;
+          v.param = prm.name;
+          v.bare = true;
+          v.defaulted = true;
+        }
       } else {
         v = CVal::unknown("the argument '" + prm.name + "' of " + cls.name + "()", prm.name, true);
       }
@@ -777,6 +783,12 @@ class Constructor {
       return arithmetic(q, args);
     }
     if (q == "super") return CVal::of(CVal::kSuper);
+    if (q == "setattr" && args.size() == 3 && args[0].kind == CVal::kModule && args[1].kind == CVal::kStr) {
+      set_attribute(args[0].node, args[1].s, args[2]);
+      return CVal::of(CVal::kNone);
+    }
+    if (q == "getattr" && args.size() >= 2 && args[0].kind == CVal::kModule && args[1].kind == CVal::kStr)
+      return attribute(args[0], args[1].s);
     if (q == "int" || q == "float" || q == "bool") {
       if (args.size() != 1 || !args[0].number()) return CVal::unknown("the result of " + q + "()", args.empty() ? "" : args[0].param);
       if (q == "int") return CVal::integer(static_cast<long long>(args[0].as_double()));
@@ -1004,7 +1016,7 @@ std::string module_path(const std::string& prefix, const std::string& path) { re
 
 // Builds `cls` and compares it with the checkpoint's modules.
 Candidate try_class(const python::Program& p, const python::ClassDef& cls, const std::string& prefix,
-                    const ModuleSet& modules) {
+                    const ModuleSet& modules, std::optional<bool> batch_first) {
   Candidate c;
   c.cls = &cls;
   c.prefix = prefix;
@@ -1024,7 +1036,10 @@ Candidate try_class(const python::Program& p, const python::ClassDef& cls, const
       if (!node.nn) continue;
       const Module* m = readable(modules, module_path(prefix, node.path));
       if (!m || !kind_fits(node.cls, *m)) continue;
-      for (const auto& [opt, value] : decided_by_weights(node.cls, *m)) {
+      std::map<std::string, CVal> decided_here = decided_by_weights(node.cls, *m);
+      if (batch_first && m->type == ModuleType::Recurrent && !m->is_cell)
+        decided_here["batch_first"] = CVal::boolean(*batch_first);
+      for (const auto& [opt, value] : decided_here) {
         auto o = node.options.find(opt);
         if (o == node.options.end()) continue;
         const std::string& param = o->second.param;
@@ -1169,7 +1184,7 @@ CodeModel read_model_code(const std::vector<std::string>& code, Checkpoint& chec
     for (const python::ClassDef* c : candidates) {
       Candidate cand;
       try {
-        cand = try_class(p, *c, at, modules);
+        cand = try_class(p, *c, at, modules, options.batch_first);
       } catch (const Error& e) {
         cand.cls = c;
         cand.prefix = at;
@@ -1194,12 +1209,29 @@ CodeModel read_model_code(const std::vector<std::string>& code, Checkpoint& chec
   // Several classes with the same layers: the one no other holds (an
   // outer wrapper) is not decidable either; the user names it.
   if (matches.size() > 1) {
+    // A class that builds its layers itself says more than one handed its
+    // layers as arguments (ConvLSTM(conv, lstm, fc)): the fewest passed wins.
+    auto passed = [](const Candidate& c) {
+      size_t n = 0;
+      for (const Node& node : c.nodes) n += node.passed;
+      return n;
+    };
+    std::stable_sort(matches.begin(), matches.end(),
+                     [&](const Candidate& a, const Candidate& b) { return passed(a) < passed(b); });
+    if (passed(matches[0]) < passed(matches[1])) matches.resize(1);
+  }
+  if (matches.size() > 1) {
     std::string names;
     for (const Candidate& c : matches) names += (names.empty() ? "" : ", ") + c.cls->name + " (" + c.cls->file->where(c.cls->line) + ")";
     throw Error(files + ": several classes match the checkpoint's modules: " + names +
                 "; name one with --code FILE:ClassName");
   }
   Candidate& m = matches[0];
+  if (wanted.empty() && candidates.size() > 1)
+    out.notes.push_back("class " + m.cls->name + " (" + m.cls->file->where(m.cls->line) + ") is the model: of the " +
+                        std::to_string(candidates.size()) + " nn.Module classes in " + files +
+                        ", it is the one whose layers match the checkpoint's (name it with --code FILE:" + m.cls->name +
+                        " to be sure)");
   out.class_name = m.cls->name;
   out.class_where = m.cls->file->where(m.cls->line);
   out.root_path = m.prefix;
@@ -1218,6 +1250,16 @@ CodeModel read_model_code(const std::vector<std::string>& code, Checkpoint& chec
       throw Error(node.where + ": " + opt + " of self." + node.path + " depends on " +
                   (o->second.param.empty() ? o->second.s : "the argument '" + o->second.param + "'") +
                   ", which has no default and which the weights do not show: " + how);
+    }
+    for (const char* opt : kSemanticOptions) {
+      auto o = node.options.find(opt);
+      if (o == node.options.end() || !o->second.defaulted) continue;
+      if (std::string(opt) == "batch_first" && options.layout_given) continue;
+      if (options.graph_given && std::string(opt) != "batch_first") continue;
+      const bool bf = std::string(opt) == "batch_first";
+      out.defaults.push_back({node.cls + " '" + node.path + "'", opt,
+                              repr(o->second) + " (the default of " + m.cls->name + "'s argument '" + o->second.param + "')",
+                              bf ? "--layout btf|tbf" : "--graph '" + node.path + "(" + opt + "=...)'"});
     }
     if (node.cls == "Embedding") {
       auto mn = node.options.find("max_norm");

@@ -47,7 +47,14 @@ struct CodeModel {
     std::string where;        // "model.py:20"
   };
   std::vector<Layer> layers;
-  std::vector<std::string> notes;  // parameters bound from the shapes, defaults taken, ...
+  std::vector<std::string> notes;  // the class picked among several, defaults the weights overrode
+  // Layer options that are a constructor parameter's default: the class
+  // says them, but a state dict does not record whether the model was
+  // built with them (plan/model_plan.h Assumption's fields).
+  struct Default {
+    std::string layer, parameter, value, override;
+  };
+  std::vector<Default> defaults;
 };
 
 struct CodeOptions {
@@ -55,6 +62,10 @@ struct CodeOptions {
   // (--graph): an option the constructor leaves undecided is not asked for.
   bool layout_given = false;
   bool graph_given = false;
+  // The input layout the user gives, as a recurrent layer's batch_first:
+  // where the class passes a constructor parameter as batch_first, that
+  // parameter takes this value (the forward's own branches on it follow).
+  std::optional<bool> batch_first;
 };
 
 // Reads the --code arguments (`path` or `path:Class`), picks the model class

@@ -310,14 +310,26 @@ std::string spelled(const std::vector<Token>& tokens, size_t from = 0, size_t to
     return t.kind == Token::kOp && (t.text == ")" || t.text == "]" || t.text == "}" || t.text == "." ||
                                     t.text == "," || t.text == ":");
   };
+  int depth = 0;
+  bool unary = false;  // the previous token was a unary minus, plus or ~
   for (size_t k = from; k < to; ++k) {
     const Token& t = tokens[k];
     if (k > from) {
       const Token& prev = tokens[k - 1];
       const bool call = t.kind == Token::kOp && (t.text == "(" || t.text == "[") &&
                         (prev.kind != Token::kOp || prev.text == ")" || prev.text == "]");
-      if (!tight_after(prev) && !tight_before(t) && !call) out += ' ';
+      const bool keyword = depth > 0 && ((t.kind == Token::kOp && t.text == "=") || (prev.kind == Token::kOp && prev.text == "="));
+      if (!tight_after(prev) && !tight_before(t) && !call && !unary && !keyword) out += ' ';
     }
+    if (t.kind == Token::kOp && (t.text == "(" || t.text == "[" || t.text == "{")) ++depth;
+    if (t.kind == Token::kOp && (t.text == ")" || t.text == "]" || t.text == "}")) --depth;
+    const bool operand_before = k > from && (tokens[k - 1].kind != Token::kOp || tokens[k - 1].text == ")" ||
+                                             tokens[k - 1].text == "]" || tokens[k - 1].text == "}");
+    const bool keyword_before = k > from && tokens[k - 1].kind == Token::kName &&
+                                (tokens[k - 1].text == "return" || tokens[k - 1].text == "in" ||
+                                 tokens[k - 1].text == "and" || tokens[k - 1].text == "or" || tokens[k - 1].text == "not" ||
+                                 tokens[k - 1].text == "if" || tokens[k - 1].text == "else");
+    unary = t.kind == Token::kOp && (t.text == "-" || t.text == "+" || t.text == "~") && (!operand_before || keyword_before);
     if (t.kind == Token::kString) {
       out += '"';
       for (char c : t.text) {

@@ -928,6 +928,10 @@ class Reader {
           continue;
         }
         const auto i = integer_of(eval(ix));
+        if (!base.hidden.empty() && i && *i != -1)
+          fail("h_n[" + std::to_string(*i) + "] of '" + shown(base.hidden) + "': ferry's chain reads only h_n[-1], the "
+               "last layer's final state in one direction (joining both directions' final states, torch.cat((h_n[-2], "
+               "h_n[-1])), is not a layer ferry runs)");
         if (!i || *i != -1 || dim >= 0) fail("indexing other than the last step ([-1])");
         dim = static_cast<long>(k - 1);
       }
@@ -969,6 +973,7 @@ class Reader {
       }
       if (program_ && (base.kind == Val::kTensor || base.kind == Val::kZeros || base.kind == Val::kParam))
         return tensor_method(base, callee.text, arguments(e));
+      if (program_ && base.data) return base;  // x.abs().max(): still the values of a tensor
       if (base.kind == Val::kModule) {
         if (callee.text.rfind("forward", 0) != 0)
           fail("calls the method '" + callee.text + "' of module '" + shown(base.text) + "'");
@@ -1052,6 +1057,12 @@ class Reader {
       if (name == other) fail("converts the tensor to " + name + " (ferry runs float32)");
     Args full;
     full.pos.push_back(x);
+    if (name == "permute" && a.pos.size() != 1) {  // x.permute(1, 2, 0): torch.permute(x, [1, 2, 0])
+      Val dims = Val::of(Val::kList);
+      for (Val& v : a.pos) add_item(dims, std::move(v));
+      a.pos.clear();
+      a.pos.push_back(std::move(dims));
+    }
     for (Val& v : a.pos) full.pos.push_back(std::move(v));
     full.kw = std::move(a.kw);
     if (name == "size" || name == "dim") return call_function("torch." + name, full);

@@ -129,6 +129,17 @@ class Parser {
     return t;
   }
 
+  // The names a `for` binds: a name, or names separated by commas.
+  Expr target_list() {
+    Expr first = postfix();
+    if (!at(",")) return first;
+    Expr t;
+    t.kind = Expr::kTuple;
+    t.items.push_back(std::move(first));
+    while (eat(",") && !at_name("in")) t.items.push_back(postfix());
+    return t;
+  }
+
   // A conditional expression: a if c else b.
   Expr expr() {
     Depth d(*this);
@@ -337,17 +348,6 @@ class Parser {
 
   void expect_name(const char* word) {
     if (!eat_name(word)) throw SyntaxError{"'" + std::string(word) + "' expected where '" + shown(peek()) + "' is"};
-  }
-
-  // The names a `for` binds: a name or a tuple of names.
-  Expr target_list() {
-    Expr first = postfix();
-    if (!at(",")) return first;
-    Expr t;
-    t.kind = Expr::kTuple;
-    t.items.push_back(std::move(first));
-    while (eat(",") && !at_name("in")) t.items.push_back(postfix());
-    return t;
   }
 
   // Counts the parser's recursion: every nested expression goes through expr().
@@ -566,7 +566,7 @@ Statement parse_tokens(std::vector<Token> tokens) {
   if (first == "for") {
     p.name();
     st.kind = Statement::kFor;
-    st.target = p.exprlist();
+    st.target = p.target_list();
     if (!p.eat_name("in")) throw SyntaxError{"a for without its in"};
     st.value = p.exprlist();
     p.expect(":");
