@@ -19,6 +19,10 @@ from tests/fixtures and tests/bad):
                   kBases index), then the root's forward as code/ holds it and,
                   per other module, "\n#--- PATH\n" and its forward: the code
                   torch wrote, and a few variations of it
+  seeds/python_source/ for fuzz_python_source: byte 0 the checkpoint (its
+                  kBases index), then a model source of tests/fixtures/code/src
+                  (a notebook as its JSON): each source against one base in
+                  turn, and each base with its own source
 
     /usr/bin/python3 tests/fuzz/make_seeds.py
 """
@@ -120,6 +124,7 @@ def main():
                       bytes([model, batch, backend]) + struct.pack("<%df" % len(ordinary), *ordinary))
     script_chain_seeds()
     script_branch_seeds()
+    python_source_seeds()
 
 
 # fuzz_script_chain.cpp's kBases, in order.
@@ -211,6 +216,32 @@ def script_branch_seeds():
             }
             for tag, lines in variants.items():
                 write("script_chain", "%s_%s_%d" % (stem, tag, k), bytes([index]) + "\n".join(lines).encode())
+
+
+# fuzz_python_source.cpp's kBases, in order, and the sources that made them.
+PYTHON_SOURCE_BASES = ["lstm_init_hidden.pt", "gru_zeros_whole.pt", "lit_split.ckpt", "char_gru.pt",
+                       "crnn_mel.pt", "lstm_hidden_arg.pt"]
+
+
+def python_source_seeds():
+    import json
+    code = os.path.join(HERE, "..", "fixtures", "code")
+    with open(os.path.join(code, "manifest.json")) as f:
+        cases = json.load(f)["cases"] + json.load(open(os.path.join(code, "manifest.json")))["refusals"]
+    sources = sorted({c.split(":")[0] for case in cases for c in case["code"]})
+    for k, src in enumerate(sources):
+        index = k % len(PYTHON_SOURCE_BASES)
+        with open(os.path.join(code, src), "rb") as f:
+            text = f.read()
+        stem = "%s_%s" % (PYTHON_SOURCE_BASES[index].split(".")[0], os.path.basename(src).replace(".", "_"))
+        write("python_source", stem, bytes([index]) + text)
+    # and each base with the source that made it
+    for index, name in enumerate(PYTHON_SOURCE_BASES):
+        case = next(c for c in cases if c["checkpoint"] == name)
+        src = case["code"][-1].split(":")[0]
+        with open(os.path.join(code, src), "rb") as f:
+            write("python_source", "own_" + name.split(".")[0], bytes([index]) + f.read())
+
 
 
 if __name__ == "__main__":

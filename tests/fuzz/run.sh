@@ -22,7 +22,8 @@ root=$PWD
 [ $# -ge 1 ] && [[ "$1" =~ ^[0-9]+$ ]] || { echo "usage: tests/fuzz/run.sh SECONDS [TARGET...]" >&2; exit 2; }
 seconds=$1
 shift
-all_targets=(zip pickle checkpoint legacy legacy_tar safetensors model_load model_run inputs npy dcp pt2 script_chain)
+all_targets=(zip pickle checkpoint legacy legacy_tar safetensors model_load model_run inputs npy dcp pt2 script_chain
+  python_source)
 if [ $# -gt 0 ]; then targets=("$@"); else targets=("${all_targets[@]}"); fi
 build=$(realpath -m "${FERRY_FUZZ_BUILD:-build-fuzz}")
 nice_level=${FERRY_FUZZ_NICE:-0}
@@ -67,6 +68,7 @@ copy_seeds dcp "$root"/tests/fixtures/torch2_forms/dcp_*/.metadata "$root"/tests
   "$bad"/checkpoints/dcp_*/.metadata
 copy_seeds pt2 "$root"/tests/fuzz/seeds/pt2/*
 copy_seeds script_chain "$root"/tests/fuzz/seeds/script_chain/*
+copy_seeds python_source "$root"/tests/fuzz/seeds/python_source/*
 # Models: fixtures converted by this build's CLI (with self-test vectors),
 # and the catalogue's model files.
 mkdir -p "$seeds/models"
@@ -110,12 +112,14 @@ dict_for() {
     npy) echo "$root/tests/fuzz/dict/npy.dict" ;;
     pt2) echo "$root/tests/fuzz/dict/pt2.dict" ;;
     script_chain) echo "$root/tests/fuzz/dict/script.dict" ;;
+    python_source) cat "$root"/tests/fuzz/dict/{script,python}.dict >"$build/python_source.dict"; echo "$build/python_source.dict" ;;
   esac
 }
 max_len_for() {
   case "$1" in
     zip | checkpoint | model_load | model_run | legacy_tar) echo 32768 ;;  # legacy_tar: 512-byte blocks
     pt2) echo 131072 ;;  # a graph JSON and its storages
+    python_source) echo 16384 ;;  # a model file with its training script
     *) echo 8192 ;;
   esac
 }

@@ -1140,6 +1140,11 @@ CodeModel read_model_code(const std::vector<std::string>& code, Checkpoint& chec
     }
     python::read_source(path, out.program);
   }
+  return match_model(std::move(out), wanted, checkpoint, modules, options);
+}
+
+CodeModel match_model(CodeModel out, const std::string& wanted, Checkpoint& checkpoint, const ModuleSet& modules,
+                      const CodeOptions& options) {
   const python::Program& p = out.program;
   std::vector<const python::ClassDef*> candidates;
   for (const python::ClassDef& c : p.classes)

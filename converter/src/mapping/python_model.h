@@ -76,4 +76,9 @@ struct CodeOptions {
 CodeModel read_model_code(const std::vector<std::string>& code, Checkpoint& checkpoint, const ModuleSet& modules,
                           const CodeOptions& options = {});
 
+// The same, on files already read into `code.program` (tests, fuzzing);
+// `wanted` names the class ("" to match one).
+CodeModel match_model(CodeModel code, const std::string& wanted, Checkpoint& checkpoint, const ModuleSet& modules,
+                      const CodeOptions& options = {});
+
 }  // namespace ferry::conv
