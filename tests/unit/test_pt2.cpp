@@ -615,6 +615,76 @@ TEST(Pt2Chain, NormsAndRnnRelu) {
                             "as the feature axis, but it is the batch axis")) << msg;
 }
 
+// What the graph leaves open, and the axes of a 2-dimensional input
+// (mapping/chain_axes.h tracks them for all three readers).
+TEST(Pt2Chain, AxesTheGraphLeavesOpen) {
+  // A PReLU with one slope per channel names dimension 1 alone: [B, F, T]
+  // is the one layout left, taken with a note that nothing told batch from
+  // time; a Conv1d names all three axes: no note.
+  GraphWriter p;
+  p.parameter("p_act", "act.weight").input("x", {2, 4, 9});
+  p.node("aten.prelu.default", {"act"}, {{"self", arg_tensor("x")}, {"weight", arg_tensor("p_act")}}, "act", "PReLU");
+  p.output("act");
+  ExportChain c = chain_of(p, {{"act.weight", {4}}});
+  EXPECT_EQ(c.layout, ExportInputLayout::kChannelsFirst);
+  ASSERT_EQ(c.notes.size(), 1u);
+  EXPECT_TRUE(contains(c.notes[0], "taking the input as [batch, feature, time]")) << c.notes[0];
+  EXPECT_TRUE(chain_of(crnn(true), crnn_tensors()).notes.empty());
+
+  // A residual add of a value and its own transpose: the axes differ under
+  // every input layout, whatever the sizes let PyTorch broadcast.
+  GraphWriter r;
+  r.input("x", {2, 4, 4});
+  r.node("aten.transpose.int", {"t"}, {{"self", arg_tensor("x")}, {"dim0", arg_int(0)}, {"dim1", arg_int(1)}});
+  r.node("aten.relu.default", {"relu"}, {{"self", arg_tensor("t")}});
+  r.node("aten.add.Tensor", {"add"}, {{"self", arg_tensor("relu")}, {"other", arg_tensor("x")}});
+  r.output("add");
+  std::string msg = chain_error(r, {});
+  EXPECT_TRUE(contains(msg, "node 'add' (aten.add.Tensor, in the top-level module): it adds values whose axes differ, "
+                            "[?, ?, ?] and [?, ?, ?] ([T, B, F] and [B, T, F] of an input [B, T, F])")) << msg;
+
+  // squeeze naming one dimension twice (torch refuses it too).
+  GraphWriter q;
+  q.input("x", {2, 5, 3});
+  q.node("aten.slice.Tensor", {"tail"}, {{"self", arg_tensor("x")}, {"dim", arg_int(1)}, {"start", arg_int(-1)}});
+  q.node("aten.squeeze.dims", {"sq"}, {{"self", arg_tensor("tail")}, {"dim", arg_ints({1, -2})}});
+  q.output("sq");
+  msg = chain_error(q, {});
+  EXPECT_TRUE(contains(msg, "node 'sq' (aten.squeeze.dims, in the top-level module): dims ints [1, -2] name a "
+                            "dimension twice")) << msg;
+
+  // A 2-dimensional input is [B, F], or token ids where an Embedding reads
+  // them: x[:, -1] without an Embedding takes it as [batch, time].
+  GraphWriter s;
+  s.input("x", {2, 5});
+  s.node("aten.select.int", {"last"}, {{"self", arg_tensor("x")}, {"dim", arg_int(1)}, {"index", arg_int(-1)}});
+  s.node("aten.relu.default", {"relu"}, {{"self", arg_tensor("last")}});
+  s.output("relu");
+  msg = chain_error(s, {});
+  EXPECT_TRUE(contains(msg, "the graph takes its input's axes as [batch, time]; ferry takes [B, F]")) << msg;
+  // Token ids transposed before the Embedding: the input is [T, B].
+  GraphWriter e;
+  e.parameter("p_emb", "emb.weight").input("ids", {6, 2});
+  e.node("aten.transpose.int", {"t"}, {{"self", arg_tensor("ids")}, {"dim0", arg_int(0)}, {"dim1", arg_int(1)}});
+  e.node("aten.embedding.default", {"emb"}, {{"weight", arg_tensor("p_emb")}, {"indices", arg_tensor("t")}}, "emb",
+         "Embedding");
+  e.node("aten.select.int", {"last"}, {{"self", arg_tensor("emb")}, {"dim", arg_int(1)}, {"index", arg_int(-1)}});
+  e.output("last");
+  c = chain_of(e, {{"emb.weight", {10, 3}}});
+  EXPECT_EQ(c.graph, "emb > last");
+  EXPECT_EQ(c.layout, ExportInputLayout::kTimeMajor);
+  // An input a Linear reads as [B, F] is no token ids.
+  GraphWriter b;
+  b.parameter("p_emb", "emb.weight").parameter("p_fc", "fc.weight").input("ids", {2, 6});
+  b.node("aten.linear.default", {"fc"}, {{"input", arg_tensor("ids")}, {"weight", arg_tensor("p_fc")}}, "fc", "Linear");
+  b.node("aten.embedding.default", {"emb"}, {{"weight", arg_tensor("p_emb")}, {"indices", arg_tensor("ids")}}, "emb",
+         "Embedding");
+  b.output("emb");
+  msg = chain_error(b, {{"emb.weight", {10, 3}}, {"fc.weight", {4, 6}}});
+  EXPECT_TRUE(contains(msg, "node 'emb' (aten.embedding.default, module 'emb'): it takes the model's input as "
+                            "token ids [B, T] or [T, B], where the graph takes it as [B, F]")) << msg;
+}
+
 TEST(Pt2Chain, WalkIsBoundedOnLongGraphs) {
   // Six thousand transposes in a row: every one copies the chain value it
   // follows; the walk stops with a refusal instead of going quadratic.

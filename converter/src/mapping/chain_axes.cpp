@@ -34,6 +34,7 @@ Axes ChainAxes::input() const {
 }
 
 bool ChainAxes::require_axis(const Axes& v, long dim, char axis) {
+  name(axis);
   for (unsigned c = 0; c < kInputLayouts; ++c) {
     const std::string& s = v.under[c];
     const long i = index_of(s, dim);
@@ -43,6 +44,7 @@ bool ChainAxes::require_axis(const Axes& v, long dim, char axis) {
 }
 
 bool ChainAxes::require_exactly(const Axes& v, const char* axes, bool or_collapsed) {
+  for (const char* a = axes; *a; ++a) name(*a);
   for (unsigned c = 0; c < kInputLayouts; ++c) {
     const std::string& s = v.under[c];
     if (s.empty() || (s != axes && !(or_collapsed && s == "BF"))) possible_ &= ~(1u << c);
@@ -140,6 +142,52 @@ std::optional<InputLayout> ChainAxes::decided() const {
     one = static_cast<InputLayout>(c);
   }
   return one;
+}
+
+Axes ChainAxes::input_of_rank(size_t rank) {
+  constexpr unsigned kBF = 1u << static_cast<unsigned>(InputLayout::kBF);
+  constexpr unsigned kBFT = 1u << static_cast<unsigned>(InputLayout::kBFT);
+  possible_ &= rank == 3 ? ~kBF : rank == 2 ? ~kBFT : 0u;
+  Axes a = input();
+  if (rank == 2) {
+    for (InputLayout tokens : {InputLayout::kBTF, InputLayout::kTBF}) {
+      std::string& s = a.under[static_cast<unsigned>(tokens)];
+      if (!s.empty()) s.pop_back();  // "BT", "TB": the ids have no feature axis
+    }
+  }
+  return a;
+}
+
+std::optional<char> ChainAxes::axis_at(const Axes& v, long dim) const {
+  std::optional<char> agreed;
+  for (unsigned c = 0; c < kInputLayouts; ++c) {
+    if (!(possible_ & (1u << c))) continue;
+    const std::string& s = v.under[c];
+    const long i = index_of(s, dim);
+    if (s.empty() || i < 0) return std::nullopt;
+    if (agreed && *agreed != s[static_cast<size_t>(i)]) return std::nullopt;
+    agreed = s[static_cast<size_t>(i)];
+  }
+  return agreed;
+}
+
+Axes ChainAxes::append(const Axes& v, char axis) const {
+  Axes out = v;
+  for (std::string& s : out.under)
+    if (!s.empty()) s += axis;
+  return out;
+}
+
+Axes ChainAxes::replace(const Axes& v, long dim, char axis) const {
+  Axes out;
+  for (unsigned c = 0; c < kInputLayouts; ++c) {
+    std::string s = v.under[c];
+    const long i = index_of(s, dim);
+    if (s.empty() || i < 0) continue;
+    s[static_cast<size_t>(i)] = axis;
+    out.under[c] = s;
+  }
+  return out;
 }
 
 }  // namespace ferry::conv

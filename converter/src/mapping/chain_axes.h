@@ -1,6 +1,6 @@
 // Which axis is which, along a chain read from a file (mapping/script_chain.h,
-// mapping/sequential_chain.h), so that the model's input layout is read from
-// the file rather than guessed.
+// mapping/sequential_chain.h, mapping/export_chain.h), so that the model's
+// input layout is read from the file rather than guessed.
 //
 // The model input is one of four layouts: [B, T, F], [T, B, F], [B, F, T]
 // (ferry's --layout btf / tbf / bft) or [B, F] (no time axis). Until
@@ -17,9 +17,14 @@
 // ferry keeps one layout inside a model, so the transposes themselves are
 // not layers: they only decide which input layout the chain needs, and in
 // which layout the returned sequence comes out.
+//
+// A reader may give an axis that is none of the input's its own letter: the
+// TorchScript reader's 'L' (the layers of h_n), the export reader's '1' (a
+// time axis kept at length 1, y[:, -1:]). Requirements never ask for them.
 #pragma once
 
 #include <array>
+#include <cstddef>
 #include <optional>
 #include <string>
 #include <vector>
@@ -77,8 +82,30 @@ class ChainAxes {
   // nullopt when the chain fits several (it does not care) or none.
   std::optional<InputLayout> decided() const;
 
+  // The model input where its rank is known (a torch.export graph records
+  // it). Rank 3 rules out [B, F]. Rank 2 rules out [B, F, T] and reads the
+  // input as [B, F], or as token ids that an Embedding turns into the
+  // sequence: [B, T] under the [B, T, F] layout, [T, B] under [T, B, F]
+  // (the caller rules those two out when nothing embeds the input). Any
+  // other rank rules out every layout.
+  Axes input_of_rank(size_t rank);
+  // Whether a requirement has named `axis`: the chain says where the input
+  // keeps it, rather than leaving it where it is because no other layout is
+  // left (messages and notes that say what the chain told).
+  bool named(char axis) const { return named_.find(axis) != std::string::npos; }
+  // The axis at `dim` of `v` where every layout still possible agrees on it.
+  std::optional<char> axis_at(const Axes& v, long dim) const;
+  Axes append(const Axes& v, char axis) const;  // `axis` added last (an Embedding's features)
+  // The axis at `dim` becomes `axis` ('1': the last step kept with keepdim).
+  Axes replace(const Axes& v, long dim, char axis) const;
+
  private:
+  void name(char axis) {
+    if (!named(axis)) named_ += axis;
+  }
+
   unsigned possible_ = (1u << kInputLayouts) - 1;
+  std::string named_;  // the axes requirements have named
 };
 
 // "[B, C, T]"-style text of the layouts still possible, for messages.

@@ -2,7 +2,9 @@
 // (the reader checked it is a topological one), one table row per op ferry
 // reads, tracking for every value whether it is on the chain (computed from
 // the input), a parameter, a zeros state, a recurrent module's final hidden
-// state, or something else, and for chain values which axis is which.
+// state, or something else, and for chain values which axis is which under
+// each input layout still possible (ChainAxes, the tracker the TorchScript
+// and Sequential readers use too).
 #include "mapping/export_chain.h"
 
 #include <algorithm>
@@ -14,34 +16,51 @@
 
 #include "checkpoint/export_graph.h"
 #include "error.h"
+#include "mapping/chain_axes.h"
 #include "mapping/graph.h"
 #include "mapping/modules.h"
 
 namespace ferry::conv {
 namespace {
 
-// What an axis of a chain value is.
-enum Role { kB, kT, kF, kT1, kUnknown };  // kT1: a time axis of length 1 (y[:, -1:])
+// A time axis kept at length 1 (y[:, -1:], a mean with keepdim): ChainAxes
+// letters are 'B', 'T', 'F' and this.
+constexpr char kUnitTime = '1';
 
-const char* role_name(Role r) {
-  switch (r) {
-    case kB: return "batch";
-    case kT: return "time";
-    case kF: return "feature";
-    case kT1: return "length-1 time";
-    case kUnknown: break;
+const char* axis_name(char axis) {
+  switch (axis) {
+    case 'B': return "batch";
+    case 'T': return "time";
+    case 'F': return "feature";
+    case kUnitTime: return "length-1 time";
+    default: break;
   }
   return "undetermined";
 }
 
-// A chain value's dimension: the input dimension it is (>= 0; its role is
-// what the graph has told of that input dimension so far), or a fixed role.
-constexpr int kFixedB = -1, kFixedT = -2, kFixedF = -3, kFixedT1 = -4;
+// "[B, T, F]" of "BTF", or with `names` "[batch, time, feature]".
+std::string bracketed(const std::string& axes, bool names) {
+  std::string s;
+  for (char a : axes) s += (s.empty() ? "" : ", ") + (names ? std::string(axis_name(a)) : std::string(1, a));
+  return "[" + s + "]";
+}
+
+constexpr unsigned layout_bit(InputLayout l) { return 1u << static_cast<unsigned>(l); }
+
+ExportInputLayout export_layout(InputLayout l) {
+  switch (l) {
+    case InputLayout::kBTF: return ExportInputLayout::kBatchFirst;
+    case InputLayout::kTBF: return ExportInputLayout::kTimeMajor;
+    case InputLayout::kBFT: return ExportInputLayout::kChannelsFirst;
+    case InputLayout::kBF: break;
+  }
+  return ExportInputLayout::kNone;
+}
 
 struct Val {
   enum Kind { kNone, kChain, kParam, kZeros, kHidden, kSym, kOpaque } kind = kNone;
   std::vector<GraphElement> chain;  // kChain; kHidden: the chain through its module
-  std::vector<int> dims;            // kChain; kHidden: [B, F] of h_n[-1]
+  Axes axes;                        // kChain; kHidden: [B, F] of h_n[-1]
   std::vector<std::string> path;    // kChain, kHidden: the chain values from the input to this one
   std::vector<size_t> path_len;     // the chain's length at each
   std::string text;                 // kParam: the FQN; kOpaque: what made it; kHidden: the module
@@ -81,8 +100,7 @@ class Reader {
     for (const ExportNode& n : g_.nodes) node(n);
     const Val& out = output();
     ExportChain r;
-    r.layout = resolve_layout(out);
-    r.output_layout = output_layout_;
+    r.layout = resolve_layout(out, &r.output_layout);
     r.graph = format_graph(out.chain);
     r.notes = std::move(notes_);
     return r;
@@ -227,10 +245,10 @@ class Reader {
     if (sizes.size() != 2 && sizes.size() != 3)
       fail("the input '" + input_ + "' has " + std::to_string(sizes.size()) +
            " dimensions; ferry takes [B, F], [B, T, F] / [T, B, F] / [B, F, T], or token ids [B, T]");
-    roles_.assign(sizes.size(), kUnknown);
+    input_axes_ = axes_.input_of_rank(sizes.size());
     Val x;
     x.kind = Val::kChain;
-    for (size_t d = 0; d < sizes.size(); ++d) x.dims.push_back(static_cast<int>(d));
+    x.axes = input_axes_;
     x.path = {input_};
     x.path_len = {0};
     vals_[input_] = x;
@@ -325,36 +343,58 @@ class Reader {
   }
 
   // --------------------------------------------------------------- axes --
-  Role role(const Val& v, size_t d) const {
-    const int c = v.dims[d];
-    if (c >= 0) return static_cast<size_t>(c) < roles_.size() ? roles_[c] : kUnknown;
-    return c == kFixedB ? kB : c == kFixedT ? kT : c == kFixedF ? kF : kT1;
+  // A chain value's axes under each input layout still possible (axes_).
+  // What messages and notes call known is what the graph has said: an axis
+  // of the input that an op has named, or one the input does not have (an
+  // Embedding's features, a length-1 time axis); the rest is '?', even where
+  // ferry's layouts leave it only one place.
+
+  // The lowest of the layouts still possible: [B, T, F], then [T, B, F],
+  // [B, F, T], [B, F] (features last, then batch before time: the order in
+  // which PyTorch's layers put them).
+  InputLayout first_possible() const {
+    unsigned c = 0;
+    while (c + 1 < kInputLayouts && !(axes_.possible() & (1u << c))) ++c;
+    return static_cast<InputLayout>(c);
+  }
+  const std::string& under_first(const Axes& a) const { return a.under[static_cast<unsigned>(first_possible())]; }
+  size_t rank(const Val& v) const { return under_first(v.axes).size(); }  // the same under every layout
+  bool of_input(char axis) const { return under_first(input_axes_).find(axis) != std::string::npos; }
+  // The axis at `d` of `v` where the graph has said which it is.
+  std::optional<char> told(const Val& v, size_t d) const {
+    const std::optional<char> a = axes_.axis_at(v.axes, static_cast<long>(d));
+    if (a && of_input(*a) && !axes_.named(*a)) return std::nullopt;
+    return a;
   }
   std::string axes_text(const Val& v) const {
-    std::string s = "[";
-    for (size_t d = 0; d < v.dims.size(); ++d) {
-      const Role r = role(v, d);
-      s += (d ? ", " : "") + std::string(r == kB ? "B" : r == kT ? "T" : r == kF ? "F" : r == kT1 ? "1" : "?");
-    }
-    return s + "]";
+    std::string axes;
+    for (size_t d = 0; d < rank(v); ++d) axes += told(v, d).value_or('?');
+    return bracketed(axes, false);
   }
-  void require(const ExportNode& n, const Val& v, size_t d, Role r) {
-    const Role have = role(v, d);
-    if (have == r) return;
-    if (have == kUnknown && v.dims[d] >= 0) {
-      for (size_t k = 0; k < roles_.size(); ++k)
-        if (roles_[k] == r)
-          fail(n, "it takes dimension " + std::to_string(d) + " of its input " + axes_text(v) + " as the " +
-                  role_name(r) + " axis, which the model's input already has at dimension " + std::to_string(k));
-      roles_[static_cast<size_t>(v.dims[d])] = r;
-      return;
-    }
-    fail(n, "it takes dimension " + std::to_string(d) + " of its input " + axes_text(v) + " as the " + role_name(r) +
-            " axis, but it is the " + role_name(have) + " axis");
+  // "[B, T] or [T, B] or [B, F]": the model input's axes under each layout in `possible`.
+  std::string input_layouts_text(unsigned possible) const {
+    std::string s;
+    for (unsigned c = 0; c < kInputLayouts; ++c)
+      if (possible & (1u << c)) s += (s.empty() ? "" : " or ") + bracketed(input_axes_.under[c], false);
+    return s;
   }
-  size_t dim(const ExportNode& n, int64_t d, size_t rank) const {
-    const int64_t r = static_cast<int64_t>(rank);
-    if (d < -r || d >= r) fail(n, "dimension " + std::to_string(d) + " of a " + std::to_string(rank) + "-dimensional value");
+  // Dimension `d` of `v` is `axis`: rules out the input layouts where it is not.
+  void require(const ExportNode& n, const Val& v, size_t d, char axis) {
+    const std::optional<char> have = told(v, d);
+    const bool elsewhere = of_input(axis) && axes_.named(axis);
+    const size_t at = under_first(input_axes_).find(axis);
+    const std::string text = axes_text(v);
+    const unsigned before = axes_.possible();
+    if (axes_.require_axis(v.axes, static_cast<long>(d), axis)) return;
+    const std::string takes = "it takes dimension " + std::to_string(d) + " of its input " + text + " as the " +
+                              axis_name(axis) + " axis";
+    if (have) fail(n, takes + ", but it is the " + axis_name(*have) + " axis");
+    if (elsewhere) fail(n, takes + ", which the model's input already has at dimension " + std::to_string(at));
+    fail(n, takes + ", which it is under none of the input layouts left (" + input_layouts_text(before) + ")");
+  }
+  size_t dim(const ExportNode& n, int64_t d, size_t ndim) const {
+    const int64_t r = static_cast<int64_t>(ndim);
+    if (d < -r || d >= r) fail(n, "dimension " + std::to_string(d) + " of a " + std::to_string(ndim) + "-dimensional value");
     return static_cast<size_t>(d < 0 ? d + r : d);
   }
 
@@ -394,12 +434,12 @@ class Reader {
     const std::string& t = n.target;
     const bool lstm = t == "aten.lstm.input";
     const Val x = chain_in(n, "input");
-    if (x.dims.size() != 3)
-      fail(n, "an input of " + std::to_string(x.dims.size()) + " dimensions; ferry runs batched sequences, [B, T, F] or [T, B, F]");
+    if (rank(x) != 3)
+      fail(n, "an input of " + std::to_string(rank(x)) + " dimensions; ferry runs batched sequences, [B, T, F] or [T, B, F]");
     const bool batch_first = flag(n, "batch_first");
-    require(n, x, batch_first ? 0 : 1, kB);
-    require(n, x, batch_first ? 1 : 0, kT);
-    require(n, x, 2, kF);
+    require(n, x, batch_first ? 0 : 1, 'B');
+    require(n, x, batch_first ? 1 : 0, 'T');
+    require(n, x, 2, 'F');
     // Initial states: zeros.
     const ExportArg& hx = arg(n, "hx");
     const size_t states = lstm ? 2 : 1;
@@ -461,7 +501,7 @@ class Reader {
     h.text = module;
     h.one_direction = !bidirectional;
     h.layers = layers;
-    h.dims = {x.dims[batch_first ? 0 : 1], x.dims[2]};
+    h.axes = axes_.remove(x.axes, batch_first ? 1 : 0);  // h_n[-1]: the sequence without its time axis
     set(n, 1, h);
     if (lstm) {
       Val c;
@@ -473,7 +513,7 @@ class Reader {
 
   void linear(const ExportNode& n) {
     const Val x = chain_in(n, "input");
-    require(n, x, x.dims.size() - 1, kF);
+    require(n, x, rank(x) - 1, 'F');
     const std::string m = param(n, "weight", "weight");
     if (!optional_param(n, "bias", "bias", m) && tensors_.count(m.empty() ? "bias" : m + ".bias"))
       fail(n, "it runs '" + m + "' without the bias the state dict holds for it");
@@ -483,11 +523,11 @@ class Reader {
 
   void conv(const ExportNode& n) {
     const Val x = chain_in(n, "input");
-    if (x.dims.size() != 3) fail(n, "an input of " + std::to_string(x.dims.size()) + " dimensions; ferry's Conv1d takes [B, C, T]");
+    if (rank(x) != 3) fail(n, "an input of " + std::to_string(rank(x)) + " dimensions; ferry's Conv1d takes [B, C, T]");
     if (n.target == "aten.convolution.default" && flag(n, "transposed")) fail(n, "a transposed convolution");
-    require(n, x, 0, kB);
-    require(n, x, 1, kF);
-    require(n, x, 2, kT);
+    require(n, x, 0, 'B');
+    require(n, x, 1, 'F');
+    require(n, x, 2, 'T');
     const std::string m = param(n, "weight", "weight");
     const TensorRef* w = tensors_.at(m.empty() ? "weight" : m + ".weight");
     if (w->shape.size() != 3)
@@ -501,11 +541,11 @@ class Reader {
     if (n.target == "aten.batch_norm.default" && flag(n, "training"))
       fail(n, "BatchNorm in training mode (batch statistics): call model.eval() before torch.export.export");
     const Val x = chain_in(n, "input");
-    if (x.dims.size() != 2 && x.dims.size() != 3)
-      fail(n, "an input of " + std::to_string(x.dims.size()) + " dimensions; BatchNorm1d takes [B, C] or [B, C, T]");
-    require(n, x, 0, kB);
-    require(n, x, 1, kF);
-    if (x.dims.size() == 3) require(n, x, 2, kT);
+    if (rank(x) != 2 && rank(x) != 3)
+      fail(n, "an input of " + std::to_string(rank(x)) + " dimensions; BatchNorm1d takes [B, C] or [B, C, T]");
+    require(n, x, 0, 'B');
+    require(n, x, 1, 'F');
+    if (rank(x) == 3) require(n, x, 2, 'T');
     const std::string m = param(n, "running_mean", "running_mean");
     if (is_none(n, "running_var")) fail(n, "no running_var");
     if (param(n, "running_var", "running_var") != m) fail(n, "its running_mean and running_var belong to different modules");
@@ -520,7 +560,7 @@ class Reader {
     std::vector<int64_t> shape;
     if (!arg(n, "normalized_shape").integers(&shape) || shape.size() != 1)
       fail(n, "it normalizes over " + arg(n, "normalized_shape").describe() + "; ferry's LayerNorm normalizes the features alone");
-    require(n, x, x.dims.size() - 1, kF);
+    require(n, x, rank(x) - 1, 'F');
     std::string m;
     if (!is_none(n, "weight")) m = param(n, "weight", "weight");
     else if (!is_none(n, "bias")) m = param(n, "bias", "bias");
@@ -536,8 +576,8 @@ class Reader {
     const std::string m = param(n, "weight", "weight");
     const TensorRef* w = tensors_.at(m.empty() ? "weight" : m + ".weight");
     if (w->numel() > 1) {
-      if (x.dims.size() < 2) fail(n, "a PReLU with one slope per channel over a 1-dimensional value");
-      require(n, x, 1, kF);  // PyTorch's channel axis is dimension 1
+      if (rank(x) < 2) fail(n, "a PReLU with one slope per channel over a 1-dimensional value");
+      require(n, x, 1, 'F');  // PyTorch's channel axis is dimension 1
     }
     const GraphElement e = module_element(m);
     set(n, 0, extend(n, x, &e));
@@ -548,12 +588,16 @@ class Reader {
     if (ids.kind != Val::kChain || !ids.chain.empty())
       fail(n, "an Embedding whose indices are " + (ids.kind == Val::kChain ? std::string("computed") : what(ids)) +
               ": ferry runs an Embedding only as the first layer, on the model's input");
-    if (ids.dims.size() != 2) fail(n, "token ids of " + std::to_string(ids.dims.size()) + " dimensions; ferry takes [B, T] or [T, B]");
+    if (rank(ids) != 2) fail(n, "token ids of " + std::to_string(rank(ids)) + " dimensions; ferry takes [B, T] or [T, B]");
     const std::string m = param(n, "weight", "weight");
+    const unsigned before = axes_.possible();
+    if (!axes_.restrict_to(layout_bit(InputLayout::kBTF) | layout_bit(InputLayout::kTBF)))
+      fail(n, "it takes the model's input as token ids [B, T] or [T, B], where the graph takes it as " +
+              input_layouts_text(before));
     tokens_ = true;
     const GraphElement e = module_element(m);
     Val y = extend(n, ids, &e);
-    y.dims.push_back(kFixedF);
+    y.axes = axes_.append(ids.axes, 'F');
     set(n, 0, y);
   }
 
@@ -569,20 +613,20 @@ class Reader {
       return;
     }
     if (v.kind != Val::kChain) fail(n, "it selects from " + what(v));
-    const size_t d = dim(n, integer(n, "dim"), v.dims.size());
-    if (role(v, d) == kT1) {
+    const size_t d = dim(n, integer(n, "dim"), rank(v));
+    if (axes_.axis_at(v.axes, static_cast<long>(d)) == kUnitTime) {
       if (index != 0 && index != -1) fail(n, "index " + std::to_string(index) + " of a length-1 axis");
       Val y = extend(n, v, nullptr);
-      y.dims.erase(y.dims.begin() + static_cast<long>(d));
+      y.axes = axes_.remove(v.axes, static_cast<long>(d));
       set(n, 0, y);
       return;
     }
-    require(n, v, d, kT);
+    require(n, v, d, 'T');
     if (index != -1)
       fail(n, "it selects step " + std::to_string(index) + " of the time axis; ferry reads the last step (index -1)");
     const GraphElement e = builtin(OpKind::Last);
     Val y = extend(n, v, &e);
-    y.dims.erase(y.dims.begin() + static_cast<long>(d));
+    y.axes = axes_.remove(v.axes, static_cast<long>(d));
     set(n, 0, y);
   }
 
@@ -601,7 +645,7 @@ class Reader {
 
   void slice(const ExportNode& n) {
     const Val& v = chain_in(n, "self");
-    const size_t d = dim(n, integer(n, "dim"), v.dims.size());
+    const size_t d = dim(n, integer(n, "dim"), rank(v));
     constexpr int64_t kToEnd = int64_t{1} << 62;
     const int64_t start = is_none(n, "start") ? 0 : integer(n, "start");
     const bool to_end = is_none(n, "end") || integer(n, "end") >= kToEnd;
@@ -611,14 +655,14 @@ class Reader {
       return;
     }
     if (start == -1 && to_end) {
-      require(n, v, d, kT);
+      require(n, v, d, 'T');
       const GraphElement e = builtin(OpKind::Last);
       Val y = extend(n, v, &e);
-      y.dims[d] = kFixedT1;
+      y.axes = axes_.replace(v.axes, static_cast<long>(d), kUnitTime);
       set(n, 0, y);
       return;
     }
-    fail(n, "a slice of the " + std::string(role_name(role(v, d))) + " axis other than the last step");
+    fail(n, "a slice of the " + std::string(axis_name(told(v, d).value_or('?'))) + " axis other than the last step");
   }
 
   void squeeze(const ExportNode& n) {
@@ -634,11 +678,14 @@ class Reader {
     if (v.kind != Val::kChain) fail(n, "it squeezes " + what(v));
     Val y = extend(n, v, nullptr);
     std::vector<size_t> drop;
-    for (int64_t d : dims) drop.push_back(dim(n, d, v.dims.size()));
+    for (int64_t d : dims) drop.push_back(dim(n, d, rank(v)));
     std::sort(drop.rbegin(), drop.rend());
+    if (std::adjacent_find(drop.begin(), drop.end()) != drop.end())
+      fail(n, "dims " + arg(n, "dim").describe() + " name a dimension twice");
     for (size_t d : drop) {
-      if (role(v, d) != kT1) fail(n, "it squeezes the " + std::string(role_name(role(v, d))) + " axis");
-      y.dims.erase(y.dims.begin() + static_cast<long>(d));
+      const std::optional<char> a = told(v, d);
+      if (a != kUnitTime) fail(n, "it squeezes the " + std::string(axis_name(a.value_or('?'))) + " axis");
+      y.axes = axes_.remove(y.axes, static_cast<long>(d));
     }
     set(n, 0, y);
   }
@@ -650,12 +697,12 @@ class Reader {
     if (!arg(n, "dim").integers(&dims) || dims.size() != 1)
       fail(n, "it reduces over " + arg(n, "dim").describe() + "; ferry pools over the time axis alone");
     if (mean && !is_none(n, "dtype")) fail(n, "a mean with a dtype");
-    const size_t d = dim(n, dims[0], v.dims.size());
-    require(n, v, d, kT);
+    const size_t d = dim(n, dims[0], rank(v));
+    require(n, v, d, 'T');
     const GraphElement e = builtin(mean ? OpKind::Mean : OpKind::Max);
     Val y = extend(n, v, &e);
-    if (flag(n, "keepdim")) y.dims[d] = kFixedT1;
-    else y.dims.erase(y.dims.begin() + static_cast<long>(d));
+    y.axes = flag(n, "keepdim") ? axes_.replace(v.axes, static_cast<long>(d), kUnitTime)
+                                : axes_.remove(v.axes, static_cast<long>(d));
     set(n, 0, y);
   }
 
@@ -686,12 +733,15 @@ class Reader {
     if (len != shorter->chain.size() || len >= longer->chain.size() ||
         !std::equal(shorter->chain.begin(), shorter->chain.end(), longer->chain.begin(), same_element))
       fail(n, "a residual skip that crosses another one, or that skips no layer");
-    if (longer->dims.size() != shorter->dims.size())
-      fail(n, "it adds values of " + std::to_string(longer->dims.size()) + " and " +
-              std::to_string(shorter->dims.size()) + " dimensions");
-    for (size_t d = 0; d < longer->dims.size(); ++d)
-      if (longer->dims[d] != shorter->dims[d] && role(*longer, d) != role(*shorter, d))
-        fail(n, "it adds values whose axes differ, " + axes_text(*longer) + " and " + axes_text(*shorter));
+    if (rank(*longer) != rank(*shorter))
+      fail(n, "it adds values of " + std::to_string(rank(*longer)) + " and " + std::to_string(rank(*shorter)) +
+              " dimensions");
+    std::string axes = axes_text(*longer) + " and " + axes_text(*shorter);
+    if (axes_text(*longer) == axes_text(*shorter))  // the graph has not named the axes that differ
+      axes += " (" + bracketed(under_first(longer->axes), false) + " and " +
+              bracketed(under_first(shorter->axes), false) + " of an input " +
+              bracketed(under_first(input_axes_), false) + ")";
+    if (!axes_.require_same(longer->axes, shorter->axes)) fail(n, "it adds values whose axes differ, " + axes);
     charge(n, *longer);
     Val y = *longer;
     GraphElement begin = builtin(OpKind::SkipBegin), end = builtin(OpKind::SkipEnd);
@@ -751,7 +801,7 @@ class Reader {
     const bool log = n.target.find("log_softmax") != std::string::npos;
     if (n.arg("dtype") && !is_none(n, "dtype")) fail(n, "a softmax with a dtype");
     if (n.arg("half_to_float") && flag(n, "half_to_float")) fail(n, "a softmax with half_to_float");
-    require(n, v, dim(n, integer(n, "dim"), v.dims.size()), kF);
+    require(n, v, dim(n, integer(n, "dim"), rank(v)), 'F');
     const GraphElement e = builtin(log ? OpKind::LogSoftmax : OpKind::Softmax);
     set(n, 0, extend(n, v, &e));
   }
@@ -766,25 +816,27 @@ class Reader {
 
   void transpose(const ExportNode& n) {
     const Val& v = chain_in(n, "self");
-    const size_t a = dim(n, integer(n, "dim0"), v.dims.size()), b = dim(n, integer(n, "dim1"), v.dims.size());
+    const size_t a = dim(n, integer(n, "dim0"), rank(v)), b = dim(n, integer(n, "dim1"), rank(v));
     Val y = extend(n, v, nullptr);
-    std::swap(y.dims[a], y.dims[b]);
+    y.axes = axes_.transpose(v.axes, static_cast<long>(a), static_cast<long>(b));
     set(n, 0, y);
   }
 
   void permute(const ExportNode& n) {
     const Val& v = chain_in(n, "self");
     std::vector<int64_t> order;
-    if (!arg(n, "dims").integers(&order) || order.size() != v.dims.size())
-      fail(n, "dims " + arg(n, "dims").describe() + " for a " + std::to_string(v.dims.size()) + "-dimensional value");
+    if (!arg(n, "dims").integers(&order) || order.size() != rank(v))
+      fail(n, "dims " + arg(n, "dims").describe() + " for a " + std::to_string(rank(v)) + "-dimensional value");
     Val y = extend(n, v, nullptr);
-    std::vector<bool> used(v.dims.size(), false);
-    for (size_t i = 0; i < order.size(); ++i) {
-      const size_t d = dim(n, order[i], v.dims.size());
+    std::vector<bool> used(rank(v), false);
+    std::vector<long> dims;
+    for (int64_t i : order) {
+      const size_t d = dim(n, i, rank(v));
       if (used[d]) fail(n, "dims " + arg(n, "dims").describe() + " is not a permutation");
       used[d] = true;
-      y.dims[i] = v.dims[d];
+      dims.push_back(static_cast<long>(d));
     }
+    y.axes = axes_.permute(v.axes, dims);
     set(n, 0, y);
   }
 
@@ -842,73 +894,50 @@ class Reader {
     return *result;
   }
 
-  ExportInputLayout resolve_layout(const Val& out) {
-    // What the graph left open: ops that work per step do not tell the batch
-    // axis from the time axis. The features are taken last where nothing
-    // says otherwise, then the open dimensions get the missing roles in the
-    // order PyTorch's layers put them: batch first, then time.
-    const size_t rank = roles_.size();
-    auto has = [&](Role r) { return std::find(roles_.begin(), roles_.end(), r) != roles_.end(); };
-    if (!tokens_ && rank == 3 && !has(kF) && roles_[rank - 1] == kUnknown) roles_[rank - 1] = kF;
-    std::vector<Role> missing(1, kB);
-    missing.push_back(tokens_ || rank == 3 ? kT : kF);
-    if (!tokens_ && rank == 3) missing.push_back(kF);
-    missing.erase(std::remove_if(missing.begin(), missing.end(), has), missing.end());
+  // The input layout, and the output's where it is not the input's. Ops
+  // that work per step do not tell the batch axis from the time axis: where
+  // the graph leaves several layouts, the first of them is taken (features
+  // last, then batch before time, as PyTorch's layers put them). A note says
+  // so where, besides the features taken last, two or more of the input's
+  // axes are placed by no op of the graph.
+  ExportInputLayout resolve_layout(const Val& out, std::optional<ExportInputLayout>* output_layout) {
+    const size_t input_rank = under_first(input_axes_).size();
+    // A 2-dimensional input is [B, F] unless an Embedding reads it as token ids.
+    const std::string taken = bracketed(under_first(input_axes_), true);
+    if (!tokens_ && input_rank == 2 && !axes_.restrict_to(layout_bit(InputLayout::kBF)))
+      fail("the graph takes its input's axes as " + taken + "; ferry takes [B, F]");
+    const InputLayout layout = first_possible();
+    const std::string& in = input_axes_.under[static_cast<unsigned>(layout)];
     size_t open = 0;
-    for (Role& r : roles_) {
-      if (r != kUnknown) continue;
-      if (open < missing.size()) r = missing[open];
-      ++open;
-    }
-    const std::vector<Role> in = roles_;
-    auto text = [](const std::vector<Role>& v) {
-      std::string s;
-      for (Role r : v) s += (s.empty() ? "" : ", ") + std::string(role_name(r));
-      return "[" + s + "]";
-    };
-    if (open > 1 && !(rank == 2 && !tokens_))
+    for (char a : in) open += axes_.named(a) ? 0 : 1;
+    // The features taken last: where no op names them nor the last axis as another.
+    if (!tokens_ && input_rank == 3 && !axes_.named('F') && !axes_.named(in.back())) --open;
+    if (open > 1 && !(input_rank == 2 && !tokens_))
       notes_.push_back("nothing in the graph tells the batch axis from the time axis (every op works per step): "
-                       "taking the input as " + text(in));
-    output_axes(out, in);
-    if (tokens_) {
-      if (in == std::vector<Role>{kB, kT}) return ExportInputLayout::kBatchFirst;
-      if (in == std::vector<Role>{kT, kB}) return ExportInputLayout::kTimeMajor;
-    } else if (rank == 2) {
-      if (in == std::vector<Role>{kB, kF}) return ExportInputLayout::kNone;
-    } else {
-      if (in == std::vector<Role>{kB, kT, kF}) return ExportInputLayout::kBatchFirst;
-      if (in == std::vector<Role>{kT, kB, kF}) return ExportInputLayout::kTimeMajor;
-      if (in == std::vector<Role>{kB, kF, kT}) return ExportInputLayout::kChannelsFirst;
-    }
-    fail("the graph takes its input's axes as " + text(in) + "; ferry takes " +
-         (tokens_ ? "token ids [B, T] or [T, B]" : rank == 2 ? "[B, F]" : "[B, T, F], [T, B, F] or [B, F, T]"));
+                       "taking the input as " + bracketed(in, true));
+    axes_.restrict_to(layout_bit(layout));
+    output_axes(out, output_layout);
+    return export_layout(layout);
   }
 
   // The output's axes: [B, F] once the time axis is gone, else a sequence
-  // layout: the input's own, or another (a transpose before the return),
-  // recorded in output_layout_.
-  void output_axes(const Val& out, const std::vector<Role>& input) {
-    std::vector<Role> got;
+  // layout: the input's own, or another (a transpose before the return).
+  // A time axis kept at length 1 is dropped.
+  void output_axes(const Val& out, std::optional<ExportInputLayout>* output_layout) {
+    Axes got = out.axes;
     bool unit = false;
-    for (size_t d = 0; d < out.dims.size(); ++d) {
-      const Role r = role(out, d);
-      if (r == kT1) unit = true;
-      else got.push_back(r);
+    for (size_t d = rank(out); d-- > 0;) {
+      if (axes_.axis_at(got, static_cast<long>(d)) != kUnitTime) continue;
+      got = axes_.remove(got, static_cast<long>(d));
+      unit = true;
     }
     if (unit) notes_.push_back("the graph's output keeps a time axis of length 1; ferry's output drops it");
-    std::vector<Role> want = input;
-    if (tokens_) want.push_back(kF);
-    const bool pooled = got == std::vector<Role>{kB, kF};
-    if (pooled || got == want) return;
-    if (got == std::vector<Role>{kB, kT, kF}) output_layout_ = ExportInputLayout::kBatchFirst;
-    else if (got == std::vector<Role>{kT, kB, kF}) output_layout_ = ExportInputLayout::kTimeMajor;
-    else if (got == std::vector<Role>{kB, kF, kT}) output_layout_ = ExportInputLayout::kChannelsFirst;
-    else {
-      std::string g;
-      for (Role r : got) g += (g.empty() ? "" : ", ") + std::string(role_name(r));
-      fail("the graph returns [" + g + "]; ferry's output is [batch, feature], or a sequence [batch, time, "
+    const std::string returned = bracketed(under_first(got), true);
+    std::optional<InputLayout> layout;
+    if (!axes_.require_output(got) || !axes_.output_layout(got, &layout))
+      fail("the graph returns " + returned + "; ferry's output is [batch, feature], or a sequence [batch, time, "
            "feature], [time, batch, feature] or [batch, feature, time]");
-    }
+    if (layout) *output_layout = export_layout(*layout);
   }
 
   const Checkpoint& c_;
@@ -916,12 +945,12 @@ class Reader {
   std::unordered_map<std::string, const TensorRef*> tensors_;
   std::unordered_map<std::string, Val> vals_;
   std::string input_;
-  std::vector<Role> roles_;  // the input's dimensions, as the graph has told so far
+  ChainAxes axes_;   // the input layouts the graph still allows
+  Axes input_axes_;  // the input's axes under each
   static constexpr size_t kMaxWork = size_t{1} << 24;
   size_t work_ = 0;
   bool tokens_ = false;
   std::vector<std::string> notes_;
-  std::optional<ExportInputLayout> output_layout_;  // a sequence output's, where not the input's
 };
 
 const Reader::Rule Reader::kRules[] = {

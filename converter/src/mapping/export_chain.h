@@ -17,11 +17,18 @@
 //   add.Tensor of an earlier value of the chain -> a residual skip `( ... ) + input`.
 // transpose / permute, clone / alias / detach and squeeze of a length-1 time
 // axis add no element: ferry keeps one layout inside. The axes are tracked
-// through them: each op says which axis it works on (an RNN's batch_first,
-// a conv's [B, C, T], a select's dim), which fixes where the input keeps its
-// batch, time and feature axes, hence the input layout (btf / tbf / bft),
-// and the axes of the returned value give the output's layout (a GRU's
-// [B, T, F] returned from a [B, F, T] input: the output layout btf).
+// through them by ChainAxes (mapping/chain_axes.h), the tracker the
+// TorchScript and Sequential readers use: every value carries its axes
+// under each input layout still possible, and each op rules out the layouts
+// under which it would not work on the axis it says (an RNN's batch_first,
+// a conv's [B, C, T], a select's dim, a Linear's features last, the same
+// axes on both sides of a residual add), which fixes where the input keeps
+// its batch, time and feature axes, hence the input layout (btf / tbf / bft;
+// a 2-dimensional input is [B, F], or token ids where an Embedding reads it).
+// Where ops that work per step leave several, the first of [B, T, F],
+// [T, B, F], [B, F, T] is taken, with a note. The axes of the returned value
+// give the output's layout (a GRU's [B, T, F] returned from a [B, F, T]
+// input: the output layout btf).
 // Module options (batch_first, strides, eps) are the Checkpoint attributes
 // the reader recorded from the same op arguments; activation options
 // (slopes, bounds) are written into the chain.
