@@ -2827,8 +2827,95 @@ def polyglot_entries():
         None, "control: constants.pkl without data.pkl: torch.jit.load cannot read it, one reading", ok=True)
 
 
+GOOD_SOURCE = """import torch
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def __init__(self, n_in=3, n_out=2):
+        super().__init__()
+        self.fc = nn.Linear(n_in, n_out)
+
+    def forward(self, x):
+        return self.fc(x)
+"""
+
+
+def source(name, text, expect, why, ok=False, code_suffix=""):
+    """A --code source beside the control Linear(3, 2) state dict: the
+    checkpoint is the control's bytes, the source the defect."""
+    data = text if isinstance(text, bytes) else text.encode()
+    path = os.path.join(HERE, "sources", name)
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(data)
+    good, _ = checkpoint().finish()
+    add("checkpoints/code_" + name.replace(".", "_") + ".pt", bytes(good), "convert", expect, why, ok=ok,
+        args=["--code", "{catalogue}/sources/" + name + code_suffix])
+
+
+def forward_of(body, init="self.fc = nn.Linear(3, 2)"):
+    return ("import torch.nn as nn\n\n\nclass Net(nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+            "        %s\n\n    def forward(self, x):\n%s" % (init, body))
+
+
+def source_entries():
+    source("control.py", GOOD_SOURCE, None, "control: the source of a Linear(3, 2) model, read with --code", ok=True)
+    huge = GOOD_SOURCE + "#" * (8 << 20) + "\n"
+    source("huge.py", huge, "huge.py: %d bytes (a source file is read up to 8388608)" % len(huge),
+           "a source of 8 MiB and more (a comment line): refused before it is read")
+    source("deep_brackets.py", forward_of("        y = " + "(" * 100000 + "x" + ")" * 100000 + "\n        return self.fc(y)\n"),
+           "deep_brackets.py:10: in Net.forward, cannot be read: brackets nested deeper than 64 (line 10)",
+           "10^5 nested brackets in forward: the tokenizer counts them, the parser never recurses that deep")
+    source("deep_blocks.py", forward_of("".join("        " + "    " * i + "if True:\n" for i in range(100)) +
+                                         "        " + "    " * 100 + "x = x\n        return self.fc(x)\n"),
+           "branches nested deeper than 64 levels",
+           "100 nested if blocks in forward")
+    source("unterminated_triple.py", GOOD_SOURCE + 'HELP = """never closed\n',
+           "unterminated_triple.py:12: a string opened with \"\"\" is never closed (the rest of the file is inside it)",
+           "a triple-quoted string that runs to the end of the file")
+    source("unterminated_quote.py", forward_of("        y = 'open\n        return self.fc(x)\n"),
+           "unterminated_quote.py:10: in Net.forward, cannot be read: a string without its closing quote (line 10)",
+           "a one-line string without its closing quote, in forward")
+    source("tokens_in_forward.py", forward_of("        y = x" + " + x" * 100000 + "\n        return self.fc(x)\n"),
+           "tokens_in_forward.py:10: in Net.forward, cannot be read: a statement of more than 16384 tokens",
+           "10^5 tokens on one line of forward")
+    source("tokens_at_module_level.py", "TABLE = [" + "1, " * 100000 + "]\n" + GOOD_SOURCE, None,
+           "control: 10^5 tokens on one module-level line, which is skipped (never needed, never run)", ok=True)
+    source("self_base.py", GOOD_SOURCE.replace("class Net(nn.Module):", "class Net(Net, nn.Module):") +
+           "\n\nclass A(B):\n    pass\n\n\nclass B(A):\n    pass\n", None,
+           "control: a class that inherits from itself, and two that inherit from each other: each base read once",
+           ok=True)
+    source("forward_calls_itself.py", forward_of("        return self.forward(x)\n"),
+           "forward_calls_itself.py:10: in Net.forward, 'return self.forward(x)': module 'root' calls itself",
+           "a forward that calls itself: refused, not followed")
+    source("init_builds_itself.py", GOOD_SOURCE.replace("self.fc = nn.Linear(n_in, n_out)",
+                                                        "self.fc = nn.Linear(n_in, n_out)\n        self.inner = Net()"),
+           "constructors call each other more than 32 deep (class Net constructs itself?)",
+           "a constructor that builds its own class: refused at the depth limit")
+    source("constant_loop.py", "N = N + 1\n" + GOOD_SOURCE.replace("n_out=2", "n_out=N"), None,
+           "control: a module-level constant defined from itself is not followed (the weights give the size it "
+           "stands for)", ok=True)
+    source("nul_byte.py", GOOD_SOURCE.encode().replace(b"# x", b"") + b"\x00\n", "nul_byte.py:12: a NUL byte (not Python source text)",
+           "a NUL byte in the source")
+    source("latin1.py", GOOD_SOURCE.encode() + b"# caf\xe9\n", "latin1.py:12: bytes that are not UTF-8 (Python source is UTF-8)",
+           "a Latin-1 byte in a comment: Python source is UTF-8")
+    source("deep_json.ipynb", "{\"cells\": " + "[" * 10000 + "]" * 10000 + "}",
+           "deep_json.ipynb: JSON nested deeper than 128 levels at byte 137",
+           "a notebook whose JSON nests 10^4 deep: measured before it is parsed")
+    source("code_execution.py", "__import__('os').system('touch /tmp/ferry_pwned')\n" +
+           forward_of("        __import__('os').system('touch /tmp/ferry_pwned')\n        return self.fc(x)\n"),
+           "code_execution.py:11: in Net.forward, '__import__(\"os\").system(\"touch /tmp/ferry_pwned\")': calls "
+           "attribute 'system' of the result of __import__",
+           "os.system at module level (skipped) and in forward (refused): nothing in a source is ever run")
+    source("no_class.py", "print('hello')\n", "no nn.Module class in the files given",
+           "a source that defines no model class")
+    source("named.py", GOOD_SOURCE, "--code: no class 'Missing' in the files given (they define Net)",
+           "a class named that the file does not define", code_suffix=":Missing")
+
+
 def main():
-    for sub in ("checkpoints", "models"):
+    for sub in ("checkpoints", "models", "sources"):
         d = os.path.join(HERE, sub)
         if os.path.isdir(d):
             for f in os.listdir(d):
@@ -2860,6 +2947,7 @@ def main():
     polyglot_entries()
     escaping_entries()
     torchscript_detection_entries()
+    source_entries()
     with open(os.path.join(HERE, "manifest.json"), "w") as f:
         json.dump(ENTRIES, f, indent=1)
         f.write("\n")

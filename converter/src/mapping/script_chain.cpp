@@ -775,6 +775,7 @@ class Reader {
       if (auto b = bad.find(l.number); b != bad.end()) {
         l.statement = Statement{};
         l.statement.why = "cannot be read: " + b->second;
+        l.text.clear();  // spelled `pass` in place of what could not be read
       }
       mark_unreadable(l.then, bad);
       mark_unreadable(l.orelse, bad);

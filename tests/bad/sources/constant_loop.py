@@ -1,0 +1,12 @@
+N = N + 1
+import torch
+import torch.nn as nn
+
+
+class Net(nn.Module):
+    def __init__(self, n_in=3, n_out=N):
+        super().__init__()
+        self.fc = nn.Linear(n_in, n_out)
+
+    def forward(self, x):
+        return self.fc(x)
