@@ -25,6 +25,7 @@ constexpr size_t kMaxSteps = size_t{1} << 18;
 constexpr size_t kMaxNodes = 4096;
 constexpr size_t kMaxItems = 4096;
 constexpr size_t kMaxPasses = 4;
+constexpr size_t kMaxHeld = size_t{1} << 20;  // values held in lists, nested ones counted
 
 // A value of constructor code.
 struct CVal {
@@ -38,6 +39,7 @@ struct CVal {
   bool defaulted = false;  // known: the default of the root constructor's parameter `param`
   std::vector<CVal> items;  // kTuple / kList; kDict: key, value, key, value...
   int node = -1;            // kModule
+  size_t parts = 1, depth = 0;  // this value and the values in it, nested ones counted; its nesting
 
   static CVal unknown(std::string what, std::string param = "", bool bare = false) {
     CVal v;
@@ -570,8 +572,15 @@ class Constructor {
     return CVal::unknown("an expression");
   }
 
+  // Every value held counts, nested ones included, against one budget for
+  // the whole reading: a list of lists copied many times stays bounded.
   void add(CVal& list, CVal item) {
     if (list.items.size() >= kMaxItems) fail("a list of more than " + std::to_string(kMaxItems) + " items");
+    held_ += item.parts;
+    if (held_ > kMaxHeld) fail("the constructors build more than " + std::to_string(kMaxHeld) + " values");
+    list.parts += item.parts;
+    list.depth = std::max(list.depth, item.depth + 1);
+    if (list.depth > 64) fail("lists nested more than 64 deep");
     list.items.push_back(std::move(item));
   }
 
@@ -582,6 +591,7 @@ class Constructor {
     if (n == "None") return CVal::of(CVal::kNone);
     if (auto c = p_.constants.find(n); c != p_.constants.end()) {
       if (constants_in_use_.count(n)) return CVal::unknown("the constant " + n + " (defined from itself)");
+      if (constants_in_use_.size() >= 64) return CVal::unknown("the constant " + n + " (defined through 64 others)");
       constants_in_use_.insert(n);
       frames_.push_back(Frame{});
       frames_.back().file = c->second.file;
@@ -908,7 +918,7 @@ class Constructor {
   std::vector<Node> nodes_;
   std::vector<Frame> frames_;
   std::set<std::string> constants_in_use_;
-  size_t line_ = 0, steps_ = 0;
+  size_t line_ = 0, steps_ = 0, held_ = 0;
   std::vector<std::pair<std::pair<int, std::string>, std::string>> bare_;
 
  public:

@@ -829,7 +829,8 @@ class Reader {
   // function of the files, an import ("F" -> torch.nn.functional), a builtin.
   Val global(const std::string& name) {
     if (auto c = program_->constants.find(name); c != program_->constants.end()) {
-      if (std::find(constants_in_use_.begin(), constants_in_use_.end(), name) != constants_in_use_.end())
+      if (std::find(constants_in_use_.begin(), constants_in_use_.end(), name) != constants_in_use_.end() ||
+          constants_in_use_.size() >= 64)
         return Val::opaque("the constant " + name);
       constants_in_use_.push_back(name);
       const std::string saved = line_;
