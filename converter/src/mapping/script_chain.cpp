@@ -66,6 +66,7 @@ struct Val {
   std::string state_of;             // h_n, or the opaque c_n: part of this recurrent module's final state
   unsigned id = 0;                  // kTensor: the storage it views (in-place ops update every alias)
   bool partial = false;             // kTensor: a view of part of another (the last step)
+  long long left_pad = 0;           // kTensor: zeros padded before the time axis (F.pad), for the Conv1d that reads it
   std::vector<Val> items;           // kTuple / kList; the tensor whose shape this is (`shape`)
   size_t parts = 1;                 // this value and the items in it, nested ones counted
   std::optional<long long> features;  // kTensor made by the chain: its feature count, where known
@@ -1160,12 +1161,52 @@ class Reader {
   Val extend(const Val& x, GraphElement e) {
     if (length_of(x.chain) >= kMaxChainElements)
       fail("a chain of more than " + std::to_string(kMaxChainElements) + " elements");
+    if (x.left_pad) fail("a value F.pad padded, read by other than the Conv1d that pads it causally");
     Val y = x;
     if (program_ && !frames_.empty() && frames_.back().file) e.source = frames_.back().file->where(number_);
     y.chain = std::make_shared<const ChainNode>(ChainNode{std::move(e), x.chain, length_of(x.chain) + 1});
     y.id = ++ids_;
     y.partial = false;
     y.features = features_of(x);
+    return y;
+  }
+
+  // A Conv1d reading a value F.pad padded with `left_pad` zeros before its
+  // time axis: a causal conv where that is (kernel_size - 1) x dilation.
+  Val unpadded(const Val& x, const Module& m, long long dilation, GraphElement* e) {
+    const long long span = static_cast<long long>(m.kernel_size - 1) * dilation;
+    if (x.left_pad != span)
+      fail("F.pad of " + std::to_string(x.left_pad) + " steps before Conv1d '" + shown(m.path) + "', whose kernel spans " +
+           std::to_string(span) + ": ferry's causal conv pads (kernel_size - 1) x dilation");
+    e->args["padding"] = "causal";
+    Val y = x;
+    y.left_pad = 0;
+    return y;
+  }
+
+  // F.pad(x, (left, 0)) / torch.constant_pad_nd(x, [left, 0]) of a [B, C, T]
+  // value: zeros before the time axis, for the Conv1d that reads it next.
+  Val pad(const std::string& fn, const Args& a) {
+    const Val& x = chain_value(a.get(0, "input"), fn);
+    const Val* widths = a.get(1, "pad");
+    if (!widths || (widths->kind != Val::kList && widths->kind != Val::kTuple) || widths->items.size() != 2)
+      fail(fn + " of other than the time axis, (left, right)");
+    const auto left = integer_of(widths->items[0]), right = integer_of(widths->items[1]);
+    if (!left || !right || *right != 0 || *left <= 0 || *left > (1 << 20))
+      fail(fn + " other than zeros before the time steps, (N, 0) with N a constant (a causal conv's left padding)");
+    if (fn == "F.pad") {
+      const Val* mode = a.get(2, "mode");
+      if (mode && !(mode->kind == Val::kLiteral && mode->string && mode->text == "constant"))
+        fail(fn + " in a mode other than 'constant' (zeros)");
+    }
+    const Val* value = a.get(fn == "F.pad" ? 3 : 2, "value");
+    if (value && !value->is_none() && number_of(*value) != 0.0) fail(fn + " with a value other than 0");
+    if (!axes_.require_exactly(x.axes, "BFT", false)) fail(fn + " of a value that is not [B, C, T]");
+    if (x.left_pad) fail(fn + " of a value padded already");
+    Val y = x;
+    y.left_pad = *left;
+    y.id = ++ids_;
+    y.partial = false;
     return y;
   }
 
@@ -1302,6 +1343,7 @@ class Reader {
       return t;
     }
     if (fn == "torch.view" || fn == "torch.reshape") return view(fn, a);
+    if (fn == "F.pad" || fn == "torch.constant_pad_nd") return pad(fn, a);
     if (fn == "torch.flatten") return flatten(fn, a);
     if (program_ && (raw == "Variable" || raw == "torch.autograd.Variable") && !a.pos.empty()) return a.pos[0];
     if (program_ && (fn == "torch.add" || fn == "torch.sub" || fn == "torch.mul" || fn == "torch.div" ||
@@ -1669,6 +1711,13 @@ class Reader {
       e.args["groups"] = std::to_string(*groups);
       if (!axes_.require_exactly(x.axes, "BFT", false))
         fail("a Conv1d whose input is not [B, C, T] under any input layout the chain before allows");
+      if (x.left_pad) {
+        const auto d = e.args.count("dilation") ? std::strtoll(e.args["dilation"].c_str(), nullptr, 10) : 1;
+        if (e.args.count("padding") && e.args["padding"] != "0") fail("F.pad before a Conv1d that pads itself too");
+        e.args.erase("padding");
+        const Val y = unpadded(x, m, d, &e);
+        return through(y, std::move(e), m);
+      }
       return through(x, std::move(e), m);
     }
     if (fn == "torch.batch_norm" || fn == "F.batch_norm") {
@@ -1864,6 +1913,18 @@ class Reader {
         case ModuleType::Conv1d:
           if (!axes_.require_exactly(x.axes, "BFT", false))
             fail("Conv1d '" + shown(path) + "' on an input that is not [B, C, T] under any input layout the chain allows");
+          if (x.left_pad) {
+            auto p = checkpoint_.attributes.find(attribute_key(path, "padding"));
+            if (p != checkpoint_.attributes.end() && p->second != "(0,)" && p->second != "0" && p->second != "valid")
+              fail("F.pad before Conv1d '" + shown(path) + "', which pads itself too (padding " + p->second + ")");
+            auto dl = checkpoint_.attributes.find(attribute_key(path, "dilation"));
+            if (dl == checkpoint_.attributes.end())
+              fail("F.pad before Conv1d '" + shown(path) + "', whose dilation the code does not say");
+            GraphElement e = module_element(*m);
+            const long long d = std::strtoll(dl->second.c_str() + (dl->second[0] == '(' ? 1 : 0), nullptr, 10);
+            const Val y = unpadded(x, *m, d, &e);
+            return through(y, std::move(e), *m);
+          }
           break;
         case ModuleType::BatchNorm:
           if (!axes_.require_exactly(x.axes, "BFT", true)) fail("BatchNorm1d '" + shown(path) + "' needs the channels at dim 1");
