@@ -264,7 +264,10 @@ class Reader {
       const std::string owner = f.method.rfind("def ", 0) == 0 ? f.method.substr(4) : class_of(f.path) + "." + f.method;
       where += "in " + owner + (f.path.empty() ? "" : " of '" + f.path + "'") + ", ";
       if (!line_.empty()) where += "'" + line_.substr(0, 120) + (line_.size() > 120 ? "...'" : "'") + ": ";
-      throw Error(where + why);
+      // What was read before it: the start of the --graph to write.
+      const std::string so_far = furthest_ ? "; the chain read up to there: \"" + format_graph(elements_of(furthest_)) + "\""
+                                           : std::string();
+      throw Error(where + why + so_far);
     }
     if (!frames_.empty()) {
       auto it = objects_.find(frames_.back().path);
@@ -1165,6 +1168,7 @@ class Reader {
     Val y = x;
     if (program_ && !frames_.empty() && frames_.back().file) e.source = frames_.back().file->where(number_);
     y.chain = std::make_shared<const ChainNode>(ChainNode{std::move(e), x.chain, length_of(x.chain) + 1});
+    if (length_of(y.chain) > length_of(furthest_)) furthest_ = y.chain;
     y.id = ++ids_;
     y.partial = false;
     y.features = features_of(x);
@@ -1969,6 +1973,7 @@ class Reader {
   std::vector<Frame> frames_;
   std::string line_;
   size_t number_ = 0;  // the line's number in its source file (Python source)
+  Chain furthest_;     // the longest chain made so far (Python source: said where reading stops)
   ChainAxes axes_;
   unsigned ids_ = 0;
   std::vector<size_t> forced_;
