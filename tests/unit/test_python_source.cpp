@@ -187,6 +187,8 @@ TEST(PythonSyntax, OperatorsAreTheCallsTorchScriptPrints) {
   EXPECT_EQ(nested.target.items[1].kind, script::Expr::kTuple);
   EXPECT_TRUE(nested.targets.empty());  // not names alone
   EXPECT_EQ(script::parse_statement("assert x.dim() == 3").kind, script::Statement::kPass);
+  // An augmented operator the target's expression does not end at (found by fuzzing).
+  EXPECT_NE(script::parse_statement("f(x) y += 1").why.find("augmented assignment's operator"), std::string::npos);
   // a + a + ... nests the tree without nesting the parser: bounded.
   std::string chain = "y = a";
   for (int i = 0; i < 2000; ++i) chain += " + a";

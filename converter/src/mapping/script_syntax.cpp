@@ -595,7 +595,8 @@ Statement parse_tokens(std::vector<Token> tokens) {
     }
   } else if (augmented) {
     st.target = p.exprlist();
-    const char* fn = augmented_fn(p.peek().text);
+    const char* fn = p.peek().kind == Token::kPunct ? augmented_fn(p.peek().text) : nullptr;
+    if (!fn) throw SyntaxError{"'" + Parser::shown(p.peek()) + "' where an augmented assignment's operator should be"};
     p.skip(1);
     st.kind = Statement::kAssign;
     st.value = Parser::call_of(fn, {st.target, p.exprlist()});
