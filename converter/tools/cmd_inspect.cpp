@@ -453,7 +453,10 @@ int inspect_checkpoint(const InspectOptions& o) {
   if (plan.report) {
     const ConvertReport& r = *plan.report;
     std::printf("plan     %s  (%s)\n", escaped(r.graph).c_str(),
-                !r.graph_inferred ? "--graph" : chain.from.empty() || !chain.not_read.empty() ? "inferred" : "read from the file");
+                !r.graph_inferred                                 ? "--graph"
+                : r.code && !r.code->element_sources.empty()      ? "read from the forward of --code's class"
+                : chain.from.empty() || !chain.not_read.empty()   ? "inferred"
+                                                                  : "read from the file");
     std::printf("plan     input %s (%s)", input_layout_code(r).c_str(), escaped(r.batch_first_source).c_str());
     if (r.output_layout) std::printf(", output %s (%s)", layout_code(*r.output_layout), escaped(r.output_layout_source).c_str());
     std::printf("\n");
