@@ -989,7 +989,8 @@ class Reader {
     }
     const Val fn = eval(callee);
     if (program_ && fn.kind == Val::kModule) return call_module(fn.text, "forward", arguments(e));
-    if (program_ && fn.kind == Val::kFunction && fn.text.rfind("__def__.", 0) == 0) {
+    if (program_ && fn.kind == Val::kFunction && fn.text.rfind("__def__.", 0) == 0 &&
+        program_->functions.count(fn.text.substr(8))) {
       Args a = arguments(e);
       return call_source_function(fn.text.substr(8), std::move(a.pos), std::move(a.kw));
     }
