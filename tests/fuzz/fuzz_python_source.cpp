@@ -16,6 +16,7 @@
 
 #include "checkpoint/checkpoint.h"
 #include "error.h"
+#include "fixture_base.h"
 #include "fuzz_support.h"
 #include "io/mapped_file.h"
 #include "mapping/graph.h"
@@ -28,33 +29,15 @@ namespace {
 
 using namespace ferry::conv;
 
-const char* const kBases[] = {"lstm_init_hidden.pt", "gru_zeros_whole.pt", "lit_split.ckpt", "char_gru.pt",
-                              "crnn_mel.pt", "lstm_hidden_arg.pt"};
+const char* const kBases[] = {"code/lstm_init_hidden.pt", "code/gru_zeros_whole.pt", "code/lit_split.ckpt",
+                              "code/char_gru.pt", "code/crnn_mel.pt", "code/lstm_hidden_arg.pt"};
 constexpr size_t kBaseCount = sizeof kBases / sizeof kBases[0];
-
-struct Base {
-  std::unique_ptr<MappedFile> file;
-  Checkpoint checkpoint;
-  ModuleSet modules;
-};
-
-const Base& base(size_t i) {
-  static std::unique_ptr<Base> bases[kBaseCount];
-  if (!bases[i]) {
-    auto b = std::make_unique<Base>();
-    b->file = std::make_unique<MappedFile>(std::string(FERRY_FIXTURES_DIR) + "/code/" + kBases[i]);
-    b->checkpoint = load_checkpoint(*b->file);
-    b->modules = group_modules(b->checkpoint);
-    bases[i] = std::move(b);
-  }
-  return *bases[i];
-}
 
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
-  const Base& b = base(data[0] % kBaseCount);
+  const ferry::fuzz::FixtureBase& b = ferry::fuzz::fixture_base(kBases, data[0] % kBaseCount);
   const std::string text(reinterpret_cast<const char*>(data + 1), size - 1);
   try {
     CodeModel code;

@@ -21,6 +21,7 @@
 
 #include "checkpoint/checkpoint.h"
 #include "error.h"
+#include "fixture_base.h"
 #include "fuzz_support.h"
 #include "io/mapped_file.h"
 #include "mapping/graph.h"
@@ -42,24 +43,6 @@ const char* const kBases[] = {
 };
 constexpr size_t kBaseCount = sizeof kBases / sizeof kBases[0];
 
-struct Base {
-  std::unique_ptr<MappedFile> file;
-  Checkpoint checkpoint;
-  ModuleSet modules;
-};
-
-const Base& base(size_t i) {
-  static std::unique_ptr<Base> bases[kBaseCount];
-  if (!bases[i]) {
-    auto b = std::make_unique<Base>();
-    b->file = std::make_unique<MappedFile>(std::string(FERRY_FIXTURES_DIR) + "/" + kBases[i]);
-    b->checkpoint = load_checkpoint(*b->file);
-    b->modules = group_modules(b->checkpoint);
-    bases[i] = std::move(b);
-  }
-  return *bases[i];
-}
-
 std::vector<std::string> lines_of(const std::string& text) {
   std::vector<std::string> out;
   size_t start = 0;
@@ -77,7 +60,7 @@ std::vector<std::string> lines_of(const std::string& text) {
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size == 0) return 0;
-  const Base& b = base(data[0] % kBaseCount);
+  const ferry::fuzz::FixtureBase& b = ferry::fuzz::fixture_base(kBases, data[0] % kBaseCount);
   Checkpoint ck = b.checkpoint;  // tensors view b.file, which outlives this call
   const std::string text(reinterpret_cast<const char*>(data + 1), size - 1);
 
