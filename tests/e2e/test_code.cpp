@@ -286,6 +286,9 @@ TEST(Code, TheFixtureScriptsAreModelSourcesToo) {
       {"ops/conv_gru_conv_out_bft.pt", "make_op_fixtures.py:ConvGruConvOut", "",
        "ops/conv_gru_conv_out_bft.in.npy", "ops/conv_gru_conv_out_bft.out.npy",
        false},
+      // setattr(self, rnn, cls(...)) and getattr(self, self.rnn_name)(...)
+      {"ops/embed_lstm_fc.pt", "make_op_fixtures.py:EmbedRNN", "", "ops/embed_lstm_fc.in.npy",
+       "ops/embed_lstm_fc.out.npy", true},
       // F.pad(x, (2, 0)) before a kernel-3 conv: a causal conv.
       {"ops/vad_causal.pt", "make_op_fixtures.py:VadNet", "",
        "ops/vad_causal.in.npy", "ops/vad_causal.out.npy", true},
@@ -404,6 +407,15 @@ TEST(Code, BadArgumentsAreClearErrors) {
     EXPECT_NE(r.err.find(b.expect), std::string::npos) << r.err;
     EXPECT_FALSE(std::ifstream(dir / "m.fb").good());
   }
+  // Two classes of one file with the same layers: the user names one.
+  const auto two = run_ferry("convert " + shell_quote(kFixtures + "ops/embed_lstm_fc.pt") + " " + out + " --code " +
+                                 shell_quote(kFixtures + "make_op_fixtures.py"),
+                             dir);
+  EXPECT_NE(two.status, 0);
+  EXPECT_NE(two.err.find("several classes match the checkpoint's modules: EmbedRNN (make_op_fixtures.py:535), "
+                         "CharLSTM (make_op_fixtures.py:622); name one with --code FILE:ClassName"),
+            std::string::npos)
+      << two.err;
   // A TorchScript archive records its forward: --code is refused, not mixed in.
   const auto ts = run_ferry(
       "convert " + shell_quote(kFixtures + "models/lstm_torchscript.pt") + " " +

@@ -1242,7 +1242,15 @@ CodeModel match_model(CodeModel out, const std::string& wanted, Checkpoint& chec
                 "; name one with --code FILE:ClassName");
   }
   Candidate& m = matches[0];
-  if (wanted.empty() && candidates.size() > 1)
+  // Another class that might have been the model: its constructor could not
+  // be read, or it has layers at the checkpoint's paths. Then the pick is said.
+  const bool rival = std::any_of(tried.begin(), tried.end(), [&](const Candidate& c) {
+    if (c.nodes.empty()) return true;
+    for (const Node& node : c.nodes)
+      if (node.nn && node.weighted() && has_module(modules, module_path(c.prefix, node.path))) return true;
+    return false;
+  });
+  if (wanted.empty() && rival)
     out.notes.push_back("class " + m.cls->name + " (" + m.cls->file->where(m.cls->line) + ") is the model: of the " +
                         std::to_string(candidates.size()) + " nn.Module classes in " + files +
                         ", it is the one whose layers match the checkpoint's (name it with --code FILE:" + m.cls->name +
