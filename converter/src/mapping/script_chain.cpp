@@ -1062,6 +1062,9 @@ class Reader {
       if (name == same) return chain_value(&x, "x." + name + "()");
     for (const char* other : kOtherDtype)
       if (name == other) fail("converts the tensor to " + name + " (ferry runs float32)");
+    if (name == "unsqueeze")
+      fail("x.unsqueeze(...) adds an axis: ferry's model takes its input with every axis ([B, T, F], [B, F]); feed "
+           "it the unsqueezed shape and convert with the unsqueeze left out (--graph)");
     Args full;
     full.pos.push_back(x);
     if (name == "permute" && a.pos.size() != 1) {  // x.permute(1, 2, 0): torch.permute(x, [1, 2, 0])
@@ -1324,7 +1327,19 @@ class Reader {
           fail("h_n.squeeze(0) of '" + shown(x->hidden) + "', which has more than one layer or direction");
         return select(*x, 0);
       }
-      fail("torch.squeeze of " + (x ? what(*x) : std::string("nothing")) + " (only h_n.squeeze(0) of a one-layer module is read)");
+      // out.squeeze(-1) of a one-feature output (a forecaster's [B, 1] -> [B]):
+      // the values are the same; ferry's output keeps the axis.
+      if (program_ && x && x->kind == Val::kTensor && x->hidden.empty() && x->chain && features_of(*x) == 1) {
+        const auto dim = d ? integer_of(*d) : std::optional<long long>(-1);
+        if (dim && axes_.require_axis(x->axes, static_cast<long>(*dim), 'F')) {
+          const std::string note = "the forward squeezes away its one output feature (line '" + line_.substr(0, 80) +
+                                   "'): ferry's output keeps it, [B, 1] where PyTorch returns [B] (the same values)";
+          if (std::find(notes_.begin(), notes_.end(), note) == notes_.end()) notes_.push_back(note);
+          return *x;
+        }
+      }
+      fail("torch.squeeze of " + (x ? what(*x) : std::string("nothing")) + " (only h_n.squeeze(0) of a one-layer module" +
+           (program_ ? ", and the squeeze of a one-feature output," : "") + " is read)");
     }
     if (fn == "torch.mean" || fn == "torch.amax") {
       const Val& x = chain_value(a.get(0, "input"), fn);
