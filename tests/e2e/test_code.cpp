@@ -330,6 +330,46 @@ TEST(Code, TheFixtureScriptsAreModelSourcesToo) {
   }
 }
 
+// Options from a config object the constructor is handed: asked for, and
+// taken from --layout once given (the forward's x[:, -1] then reads).
+TEST(Code, AConfigObjectsOptionIsAskedForAndTakenFromTheLayout) {
+  TempDir dir;
+  std::ofstream(dir / "cfg.py") << R"PY(from dataclasses import dataclass
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+@dataclass
+class Config:
+    n_in: int = 5
+    n_hidden: int = 16
+    batch_first: bool = True
+
+
+class Net(nn.Module):
+    def __init__(self, cfg: Config):
+        super().__init__()
+        self.lstm = nn.LSTM(cfg.n_in, cfg.n_hidden, batch_first=cfg.batch_first)
+        self.fc = nn.Linear(cfg.n_hidden, 3)
+
+    def forward(self, x):
+        out, _ = self.lstm(x)
+        return F.softmax(self.fc(out[:, -1]), dim=-1)
+)PY";
+  const std::string convert = "convert " + shell_quote(kCode + "zoo_last.pt") + " " + shell_quote(dir / "m.fb") +
+                              " --code " + shell_quote(dir / "cfg.py");
+  const auto asked = run_ferry(convert, dir);
+  EXPECT_NE(asked.status, 0);
+  EXPECT_NE(asked.err.find("cfg.py:16: batch_first of self.lstm depends on the argument 'cfg'"), std::string::npos)
+      << asked.err;
+  const auto given = run_ferry(convert + " --layout btf", dir);
+  ASSERT_EQ(given.status, 0) << given.err;
+  const auto run = run_ferry("run " + shell_quote(dir / "m.fb") + " --quiet --input " + shell_quote(kCode + "zoo_last.x.npy") +
+                                 " --output " + shell_quote(dir / "y.npy") + " --expect " + shell_quote(kCode + "zoo_last.y.npy"),
+                             dir);
+  EXPECT_EQ(run.status, 0) << run.err;
+}
+
 // F.pad before a Conv1d is read as a causal conv only where it pads what a
 // causal conv pads, (kernel_size - 1) x dilation, and nothing after.
 TEST(Code, APadBeforeAConvIsCausalOnlyWhereItPadsTheKernelSpan) {

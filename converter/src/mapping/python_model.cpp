@@ -1331,6 +1331,9 @@ CodeModel match_model(CodeModel out, const std::string& wanted, Checkpoint& chec
         const bool tuple = conv && (opt == "kernel_size" || opt == "stride" || opt == "padding" || opt == "dilation");
         const bool layer_norm_shape = node.cls == "LayerNorm" && opt == "normalized_shape";
         if (auto t = attribute_text(v, tuple || layer_norm_shape)) checkpoint.attributes[attribute_key(path, opt)] = *t;
+        // batch_first the code leaves undecided (cfg.batch_first) and the user gave.
+        else if (opt == "batch_first" && options.batch_first)
+          checkpoint.attributes[attribute_key(path, opt)] = *options.batch_first ? "true" : "false";
       }
       out.layers.push_back({path, node.constructor, node.where});
     } else {
