@@ -45,6 +45,10 @@ struct ModuleObject {
   // a forward may branch on, as Python literals ("True", "3", "0.5", "None",
   // a string as "'last'": quoted, not escaped).
   std::map<std::string, std::string> scalars;
+  // --code only: plain attributes the constructor sets to what the code
+  // does not decide, and why ("the argument 'pool' of GRUPool(), which has
+  // no default"), for the message of a branch on one.
+  std::map<std::string, std::string> undecided;
 };
 
 struct Checkpoint {

@@ -1346,6 +1346,10 @@ CodeModel match_model(CodeModel out, const std::string& wanted, Checkpoint& chec
         if (v.kind == CVal::kStr) o.scalars[name] = "'" + v.s + "'";
         else if (v.kind == CVal::kBool || v.kind == CVal::kInt || v.kind == CVal::kFloat || v.kind == CVal::kNone)
           o.scalars[name] = repr(v);
+        else if (v.kind == CVal::kUnknown)
+          o.undecided[name] = v.param.empty() ? v.s
+                                              : "the argument '" + v.param + "' of " + m.cls->name +
+                                                    "(), which has no default and which the weights do not show";
       }
       if (node.user)
         for (const auto& [name, a] : node.user->attributes)

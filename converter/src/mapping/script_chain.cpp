@@ -910,6 +910,9 @@ class Reader {
     if (auto o = objects_.find(strip_wrapper_prefixes(path)); o != objects_.end()) {
       const auto& scalars = checkpoint_.module_objects[o->second].scalars;
       if (auto v = scalars.find(name); v != scalars.end()) return scalar(v->second);
+      const auto& undecided = checkpoint_.module_objects[o->second].undecided;
+      if (auto u = undecided.find(name); u != undecided.end())
+        return Val::opaque("self." + name + " (" + u->second + ")");
     }
     return Val::opaque("'" + join(shown(path), name) + "'");
   }
