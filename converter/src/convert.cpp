@@ -21,16 +21,10 @@
 #include "mapping/sequential_chain.h"
 #include "plan/planner.h"
 #include "plan/selftest_plan.h"
+#include "text.h"
 
 namespace ferry::conv {
 namespace {
-
-// The last component of a path; a directory's trailing '/' is not one.
-std::string basename_of(std::string path) {
-  while (path.size() > 1 && path.back() == '/') path.pop_back();
-  const size_t slash = path.rfind('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
-}
 
 // The checkpoint, open for the writer's in-kernel copies.
 class SourceFd {
@@ -66,6 +60,13 @@ Layout layout_of(InputLayout l) {
   }
 }
 
+// The chain a forward records: TorchScript code, or the Python source
+// --code gave (`code`), else a whole pickled nn.Sequential's children.
+RecordedChain read_chain(const Checkpoint& checkpoint, const ModuleSet& modules, const CodeModel* code) {
+  if (code || has_script_forward(checkpoint)) return script_chain(checkpoint, modules, code ? &code->program : nullptr);
+  return sequential_chain(checkpoint, modules);
+}
+
 // The chain the file records (TorchScript code, a whole pickled
 // nn.Sequential), or nullopt where it records none and the state dict alone
 // decides (infer_graph: one module, recurrent modules stacked). TorchScript
@@ -80,8 +81,7 @@ std::optional<RecordedChain> recorded_chain(const std::string& path, const Check
   const bool script = has_script_forward(checkpoint);
   const bool records = script || is_sequential_class(checkpoint.module_objects[0].class_name);
   try {
-    if (code) return script_chain(checkpoint, modules, &code->program);
-    return script ? script_chain(checkpoint, modules) : sequential_chain(checkpoint, modules);
+    return read_chain(checkpoint, modules, code);
   } catch (const Error& e) {
     std::string suggestion;
     try {
@@ -102,6 +102,18 @@ std::optional<RecordedChain> recorded_chain(const std::string& path, const Check
 }
 
 }  // namespace
+
+std::string ConvertReport::CodeRead::class_text() const {
+  return class_name + " (" + class_where + ")" + (root_path.empty() ? "" : "  under '" + root_path + "'");
+}
+
+std::vector<std::pair<std::string, std::string>> ConvertReport::CodeRead::chain(const std::string& graph) const {
+  std::vector<std::pair<std::string, std::string>> out;
+  const std::vector<GraphElement> elements = parse_graph(graph);
+  for (size_t i = 0; i < elements.size() && i < element_sources.size(); ++i)
+    out.emplace_back(format_graph({elements[i]}), element_sources[i]);
+  return out;
+}
 
 ConvertResult convert(const ConvertRequest& request) {
   const auto stage = [&request](const std::string& what) {
@@ -177,9 +189,7 @@ ConvertResult convert(const ConvertRequest& request) {
       // A --graph of the user's: the input layout is still the file's to say
       // (a traced module records batch_first only in its code), where it reads.
       try {
-        recorded = code ? script_chain(checkpoint, modules, &code->program)
-                   : has_script_forward(checkpoint) ? script_chain(checkpoint, modules)
-                                                    : sequential_chain(checkpoint, modules);
+        recorded = read_chain(checkpoint, modules, code ? &*code : nullptr);
       } catch (const Error&) {
       }
     }

@@ -102,6 +102,10 @@ struct ConvertReport {
     std::string class_name, class_where, root_path;
     std::vector<std::array<std::string, 3>> layers;  // path, constructor, where
     std::vector<std::string> element_sources;
+    // "Net (model.py:12)", with "  under 'model'" where it sits under a prefix.
+    std::string class_text() const;
+    // Per element of `graph` read from the forward: its --graph text and line.
+    std::vector<std::pair<std::string, std::string>> chain(const std::string& graph) const;
   };
   std::optional<CodeRead> code;
   uint64_t weight_bytes = 0;                   // float32 weights as planned

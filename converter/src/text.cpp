@@ -22,6 +22,19 @@ size_t utf8_sequence(const uint8_t* p, size_t n) {
   return extra + 1;
 }
 
+std::string printable(std::string_view s, size_t max) {
+  std::string out;
+  for (char c : s.substr(0, max)) out += (c >= 0x20 && c < 0x7f) ? c : '?';
+  if (s.size() > max) out += "...";
+  return out;
+}
+
+std::string basename_of(std::string path) {
+  while (path.size() > 1 && path.back() == '/') path.pop_back();
+  const size_t slash = path.rfind('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
 namespace {
 
 void hex_escape(std::string& out, uint8_t c) {

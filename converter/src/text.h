@@ -28,4 +28,12 @@ std::string escaped(std::string_view text);
 // surrogates are accepted, as CPython's 'surrogatepass' writes them.
 size_t utf8_sequence(const uint8_t* p, size_t n);
 
+// Text from a file as a message quotes it: each control or non-ASCII byte
+// as '?', at most `max` bytes, "..." after a text that was cut.
+std::string printable(std::string_view s, size_t max = 200);
+
+// The last component of a path (a directory's trailing '/' is not one), as
+// messages name a file.
+std::string basename_of(std::string path);
+
 }  // namespace ferry::conv

@@ -96,8 +96,7 @@ void print_plan(const std::string& in, const ConvertReport& r, Verbosity verbosi
   std::printf("read     %s: %s, %zu tensors, storages on %s\n", in.c_str(), e(r.form).c_str(), r.tensor_count,
               locations.empty() ? "none" : e(locations).c_str());
   if (r.code)
-    std::printf("code     class %s (%s)%s\n", e(r.code->class_name).c_str(), e(r.code->class_where).c_str(),
-                r.code->root_path.empty() ? "" : ("  under '" + e(r.code->root_path) + "'").c_str());
+    std::printf("code     class %s\n", e(r.code->class_text()).c_str());
   std::printf("graph    %s%s\n", e(r.graph).c_str(),
               !r.graph_inferred ? "" : r.code && !r.code->element_sources.empty() ? "  (read from its forward)" : "  (inferred)");
   const char* layout = r.channels_first ? "channels-first [B,F,T]"

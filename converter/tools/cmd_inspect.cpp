@@ -24,7 +24,6 @@
 #include "io/mapped_file.h"
 #include "io/sha256.h"
 #include "mapping/export_chain.h"
-#include "mapping/graph.h"
 #include "mapping/modules.h"
 #include "mapping/script_chain.h"
 #include "mapping/sequential_chain.h"
@@ -410,9 +409,8 @@ int inspect_checkpoint(const InspectOptions& o) {
         for (const auto& l : r.code->layers)
           code["layers"].push_back({{"path", l[0]}, {"constructor", l[1]}, {"where", l[2]}});
         code["chain"] = nlohmann::ordered_json::array();
-        const std::vector<GraphElement> elements = parse_graph(r.graph);
-        for (size_t i = 0; i < elements.size() && i < r.code->element_sources.size(); ++i)
-          code["chain"].push_back({{"element", format_graph({elements[i]})}, {"where", r.code->element_sources[i]}});
+        for (const auto& [element, where] : r.code->chain(r.graph))
+          code["chain"].push_back({{"element", element}, {"where", where}});
         p["code"] = code;
       }
       j["plan"] = p;
@@ -461,18 +459,14 @@ int inspect_checkpoint(const InspectOptions& o) {
     if (r.output_layout) std::printf(", output %s (%s)", layout_code(*r.output_layout), escaped(r.output_layout_source).c_str());
     std::printf("\n");
     if (r.code) {
-      std::printf("code     class %s (%s)%s\n", escaped(r.code->class_name).c_str(), escaped(r.code->class_where).c_str(),
-                  r.code->root_path.empty() ? "" : ("  under '" + escaped(r.code->root_path) + "'").c_str());
+      std::printf("code     class %s\n", escaped(r.code->class_text()).c_str());
       for (const auto& l : r.code->layers)
         std::printf("code     %-20s %s  (%s)\n", escaped(l[0].empty() ? "root" : l[0]).c_str(), escaped(l[1]).c_str(),
                     escaped(l[2]).c_str());
-      const std::vector<GraphElement> elements = parse_graph(r.graph);
-      for (size_t i = 0; i < elements.size() && i < r.code->element_sources.size(); ++i)
-        std::printf("chain    %-20s %s\n", escaped(format_graph({elements[i]})).c_str(),
-                    escaped(r.code->element_sources[i]).c_str());
-    }
-    if (r.code)
+      for (const auto& [element, where] : r.code->chain(r.graph))
+        std::printf("chain    %-20s %s\n", escaped(element).c_str(), escaped(where).c_str());
       for (const std::string& n : r.notes) std::printf("note     %s\n", escaped(n).c_str());
+    }
     for (const std::string& line : assumption_lines(r.assumptions)) std::printf("assumed  %s\n", escaped(line).c_str());
   } else {
     std::printf("plan     not planned: %s\n", plan.error.c_str());

@@ -16,6 +16,7 @@
 #include "checkpoint/aten_schema.h"
 #include "error.h"
 #include "io/bounded_json.h"
+#include "text.h"
 
 namespace ferry::conv {
 namespace {
@@ -26,15 +27,6 @@ constexpr size_t kMaxNodes = size_t{1} << 20;
 constexpr size_t kMaxArgs = 1024;
 constexpr size_t kMaxList = size_t{1} << 20;
 constexpr size_t kMaxRank = 64;
-
-// Text from the file as messages show it: control and non-ASCII bytes as
-// '?', at most `max` bytes.
-std::string printable(std::string_view s, size_t max = 200) {
-  std::string out;
-  for (char c : s.substr(0, max)) out += (c >= 0x20 && c < 0x7f) ? c : '?';
-  if (s.size() > max) out += "...";
-  return out;
-}
 
 bool has_control(std::string_view s) {
   for (char c : s)

@@ -3,6 +3,7 @@
 #include <new>
 
 #include "error.h"
+#include "text.h"
 
 namespace ferry::conv {
 
@@ -33,10 +34,7 @@ nlohmann::json parse_bounded_json(const uint8_t* data, size_t size, const std::s
     const char* p = reinterpret_cast<const char*>(data);
     return nlohmann::json::parse(p, p + size);
   } catch (const nlohmann::json::exception& e) {
-    std::string what = e.what();
-    for (char& ch : what)
-      if (ch < 0x20 || ch >= 0x7f) ch = '?';
-    throw Error(label + ": not valid JSON (" + what.substr(0, 300) + ")");
+    throw Error(label + ": not valid JSON (" + printable(e.what(), 300) + ")");
   } catch (const std::bad_alloc&) {
     throw Error(label + ": JSON too large to hold in memory");
   }

@@ -29,6 +29,14 @@ enum class ModuleType { Recurrent, Linear, Conv1d, BatchNorm, LayerNorm, PReLU }
 // (`torch.save(nn.LSTM(...).state_dict())`) has keys with no module path.
 constexpr const char* kRootModuleName = "root";
 
+// `name` under the module at `path` ("encoder" + "rnn" -> "encoder.rnn";
+// the root's children are their names).
+inline std::string child_path(const std::string& path, const std::string& name) {
+  return path.empty() ? name : path + "." + name;
+}
+// A module path as messages show it: the root as kRootModuleName.
+inline std::string shown_path(const std::string& path) { return path.empty() ? kRootModuleName : path; }
+
 struct Module {
   std::string path;            // "lstm", "encoder.rnn" (prefixes stripped)
   ModuleType type = ModuleType::Linear;

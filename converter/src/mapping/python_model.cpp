@@ -88,6 +88,13 @@ struct CVal {
   double as_double() const { return kind == kFloat ? f : static_cast<double>(i); }
 };
 
+// A float as %.17g writes it: every bit kept.
+std::string float_text(double x) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.17g", x);
+  return buf;
+}
+
 // Python's repr, for constructor texts and scalars.
 std::string repr(const CVal& v) {
   switch (v.kind) {
@@ -96,9 +103,7 @@ std::string repr(const CVal& v) {
     case CVal::kBool: return v.i ? "True" : "False";
     case CVal::kInt: return std::to_string(v.i);
     case CVal::kFloat: {
-      char buf[40];
-      std::snprintf(buf, sizeof buf, "%.17g", v.f);
-      std::string t = buf;
+      std::string t = float_text(v.f);
       if (t.find_first_of(".eEn") == std::string::npos) t += ".0";
       return t;
     }
@@ -209,8 +214,7 @@ std::map<std::string, CVal> decided_by_weights(const std::string& cls, const Mod
 // Whether checkpoint module `m` can be the torch.nn class `cls`.
 bool kind_fits(const std::string& cls, const Module& m) {
   if (m.type == ModuleType::Recurrent) {
-    const char* base = m.kind == CellKind::kLstm ? "LSTM" : m.kind == CellKind::kGru ? "GRU" : "RNN";
-    return cls == std::string(base) + (m.is_cell ? "Cell" : "");
+    return cls == std::string(pytorch_class_name(m.kind)) + (m.is_cell ? "Cell" : "");
   }
   switch (m.type) {
     case ModuleType::Linear: return cls == "Linear" || cls == "Embedding";
@@ -243,8 +247,6 @@ struct Node {
   }
 };
 
-std::string join(const std::string& a, const std::string& b) { return a.empty() ? b : a + "." + b; }
-std::string shown(const std::string& path) { return path.empty() ? "root" : path; }
 
 // Reads one class's constructor tree.
 class Constructor {
@@ -254,14 +256,10 @@ class Constructor {
   // The tree of `cls` built with no arguments: its parameters' defaults, or
   // what the weights decided, or unknown.
   int build_root(const python::ClassDef& cls) {
-    const int n = instantiate(cls, {}, {}, "the model class " + cls.name);
-    return n;
+    return instantiate(cls, {}, {}, "the model class " + cls.name);
   }
 
   std::vector<Node>& nodes() { return nodes_; }
-  // Parameters of the root's constructor that are bare arguments of a
-  // layer option: (node, option) -> parameter.
-  const std::vector<std::pair<std::pair<int, std::string>, std::string>>& bare_options() const { return bare_; }
 
  private:
   struct Frame {
@@ -273,9 +271,8 @@ class Constructor {
   };
 
   [[noreturn]] void fail(const std::string& why) const {
-    std::string where;
-    if (!frames_.empty() && frames_.back().file) where = frames_.back().file->where(line_) + ": ";
-    throw Error(where + why);
+    const std::string where = here();
+    throw Error(where.empty() ? why : where + ": " + why);
   }
 
   void step() {
@@ -367,13 +364,10 @@ class Constructor {
     }
     frames_.push_back(std::move(frame));
     const std::vector<Line> body = script::parse_body(f);
-    patch_unreadable(*init);
     run_block(body, *init);
     frames_.pop_back();
     return self;
   }
-
-  void patch_unreadable(const python::Def&) {}
 
   CVal module_val(int node) {
     CVal v = CVal::of(CVal::kModule);
@@ -532,10 +526,7 @@ class Constructor {
       case Expr::kIfExp: {
         const CVal c = eval(e.items[0]);
         const auto t = truth(c);
-        if (!t) {
-          CVal u = CVal::unknown("a value chosen by " + what(c), c.param);
-          return u;
-        }
+        if (!t) return CVal::unknown("a value chosen by " + what(c), c.param);
         return eval(e.items[*t ? 1 : 2]);
       }
       case Expr::kComprehension: {
@@ -853,7 +844,7 @@ class Constructor {
       return d;
     }
     if (q.rfind("torch.nn.", 0) == 0 && q.find('.', 9) == std::string::npos) return nn_module(q.substr(9), args, kw, e);
-    if (q.rfind("torch.nn.modules.", 0) == 0) return nn_module(q.substr(q.rfind('.') + 1), args, kw, e);
+    if (q.rfind("torch.nn.modules.", 0) == 0) return nn_module(python::last_name(q), args, kw, e);
     if (q == "torch.device" || q.find("device") != std::string::npos) return CVal::unknown("a device");
     return CVal::unknown("the result of " + q.substr(0, 60) + "()");
   }
@@ -919,7 +910,6 @@ class Constructor {
   std::vector<Frame> frames_;
   std::set<std::string> constants_in_use_;
   size_t line_ = 0, steps_ = 0, held_ = 0;
-  std::vector<std::pair<std::pair<int, std::string>, std::string>> bare_;
 
  public:
   std::map<std::string, CVal> root_params_, defaults_;
@@ -954,7 +944,7 @@ void assign_paths(std::vector<Node>& nodes, int n, const std::string& path, std:
   nodes[static_cast<size_t>(n)].path = path;
   order.push_back(n);
   const auto children = nodes[static_cast<size_t>(n)].children;
-  for (const auto& [name, c] : children) assign_paths(nodes, c, join(path, name), order, depth + 1);
+  for (const auto& [name, c] : children) assign_paths(nodes, c, child_path(path, name), order, depth + 1);
 }
 
 // The attribute text a pickled module records for an option.
@@ -962,11 +952,7 @@ std::optional<std::string> attribute_text(const CVal& v, bool as_tuple) {
   switch (v.kind) {
     case CVal::kBool: return std::string(v.i ? "true" : "false");
     case CVal::kInt: return as_tuple ? "(" + std::to_string(v.i) + ",)" : std::to_string(v.i);
-    case CVal::kFloat: {
-      char buf[40];
-      std::snprintf(buf, sizeof buf, "%.17g", v.f);
-      return std::string(buf);
-    }
+    case CVal::kFloat: return float_text(v.f);
     case CVal::kStr: return v.s;
     case CVal::kTuple: case CVal::kList: {
       std::string t = "(";
@@ -990,7 +976,7 @@ bool is_module_class(const python::Program& p, const python::ClassDef& c, size_t
   if (depth > 32) return false;
   for (const std::string& b : c.bases) {
     const std::string q = p.qualified(b);
-    const std::string last = q.substr(q.rfind('.') == std::string::npos ? 0 : q.rfind('.') + 1);
+    const std::string last = python::last_name(q);
     if (last == "Module" || last == "LightningModule") return true;
     if (const python::ClassDef* base = p.find_class(q); base && base != &c && is_module_class(p, *base, depth + 1))
       return true;
@@ -1007,22 +993,18 @@ struct Candidate {
   std::map<std::string, CVal> params, defaults;
 };
 
-// The module of `modules` at `path`, unreadable ones included (null: none).
-bool has_module(const ModuleSet& modules, const std::string& path) {
-  for (const Module& m : modules.modules)
-    if (m.path == path) return true;
-  for (const auto& u : modules.unreadable)
-    if (u.first == path) return true;
-  return false;
-}
-
+// The module of `modules` at `path` (null: none, or one ferry cannot read).
 const Module* readable(const ModuleSet& modules, const std::string& path) {
   for (const Module& m : modules.modules)
     if (m.path == path) return &m;
   return nullptr;
 }
 
-std::string module_path(const std::string& prefix, const std::string& path) { return join(prefix, path); }
+// Whether the checkpoint has a module at `path`, unreadable ones included.
+bool has_module(const ModuleSet& modules, const std::string& path) {
+  return readable(modules, path) ||
+         std::any_of(modules.unreadable.begin(), modules.unreadable.end(), [&](const auto& u) { return u.first == path; });
+}
 
 // Builds `cls` and compares it with the checkpoint's modules.
 Candidate try_class(const python::Program& p, const python::ClassDef& cls, const std::string& prefix,
@@ -1044,7 +1026,7 @@ Candidate try_class(const python::Program& p, const python::ClassDef& cls, const
     for (int n : c.order) {
       const Node& node = c.nodes[static_cast<size_t>(n)];
       if (!node.nn) continue;
-      const Module* m = readable(modules, module_path(prefix, node.path));
+      const Module* m = readable(modules, child_path(prefix, node.path));
       if (!m || !kind_fits(node.cls, *m)) continue;
       std::map<std::string, CVal> decided_here = decided_by_weights(node.cls, *m);
       if (batch_first && m->type == ModuleType::Recurrent && !m->is_cell)
@@ -1065,15 +1047,15 @@ Candidate try_class(const python::Program& p, const python::ClassDef& cls, const
   std::set<std::string> paths;
   for (int n : c.order) {
     const Node& node = c.nodes[static_cast<size_t>(n)];
-    const std::string path = module_path(prefix, node.path);
+    const std::string path = child_path(prefix, node.path);
     paths.insert(path);
     if (node.nn && node.weighted() && !has_module(modules, path)) {
-      c.mismatch = "its layer '" + shown(node.path) + "' (" + node.constructor + ") has no weights in the checkpoint";
+      c.mismatch = "its layer '" + shown_path(node.path) + "' (" + node.constructor + ") has no weights in the checkpoint";
       return c;
     }
     if (node.nn && node.weighted()) {
       if (const Module* m = readable(modules, path); m && !kind_fits(node.cls, *m)) {
-        c.mismatch = "its layer '" + shown(node.path) + "' is an nn." + node.cls + ", but the checkpoint's '" + shown(path) +
+        c.mismatch = "its layer '" + shown_path(node.path) + "' is an nn." + node.cls + ", but the checkpoint's '" + shown_path(path) +
                      "' is " + m->describe();
         return c;
       }
@@ -1081,15 +1063,15 @@ Candidate try_class(const python::Program& p, const python::ClassDef& cls, const
   }
   for (const Module& m : modules.modules) {
     if (!paths.count(m.path)) {
-      c.mismatch = "the checkpoint's '" + shown(m.path) + "' (" + m.describe() + ") is not one of its layers";
+      c.mismatch = "the checkpoint's '" + shown_path(m.path) + "' (" + m.describe() + ") is not one of its layers";
       return c;
     }
     // A layer the class builds as something other than a torch.nn layer.
     for (int n : c.order) {
       const Node& node = c.nodes[static_cast<size_t>(n)];
-      if (module_path(prefix, node.path) != m.path) continue;
+      if (child_path(prefix, node.path) != m.path) continue;
       if (!node.nn && !node.passed) {
-        c.mismatch = "the checkpoint's '" + shown(m.path) + "' (" + m.describe() + ") is its " + node.cls +
+        c.mismatch = "the checkpoint's '" + shown_path(m.path) + "' (" + m.describe() + ") is its " + node.cls +
                      " module, not a layer";
         return c;
       }
@@ -1097,15 +1079,10 @@ Candidate try_class(const python::Program& p, const python::ClassDef& cls, const
   }
   for (const auto& u : modules.unreadable)
     if (!paths.count(u.first)) {
-      c.mismatch = "the checkpoint's '" + shown(u.first) + "' is not one of its layers";
+      c.mismatch = "the checkpoint's '" + shown_path(u.first) + "' is not one of its layers";
       return c;
     }
   return c;
-}
-
-std::string last_part(const std::string& s) {
-  const size_t dot = s.rfind('.');
-  return dot == std::string::npos ? s : s.substr(dot + 1);
 }
 
 // The leading path component every checkpoint module shares, or "".
@@ -1125,8 +1102,7 @@ std::string common_prefix(const ModuleSet& modules) {
 
 // The forward of `cls` (or a base's) into `object`.
 void attach_forward(const python::Program& p, const python::ClassDef& cls, ModuleObject& object) {
-  auto [fwd, owner] = p.find_method(cls, "forward");
-  (void)owner;
+  const python::Def* fwd = p.find_method(cls, "forward").first;
   if (!fwd) return;
   object.forward = fwd->lines;
   object.code_record = fwd->file ? fwd->file->name : std::string();
@@ -1179,7 +1155,7 @@ CodeModel match_model(CodeModel out, const std::string& wanted, Checkpoint& chec
     out.class_where = cls->file->where(cls->line);
     for (ModuleObject& o : checkpoint.module_objects) {
       if (o.class_name.rfind("torch.nn.", 0) == 0 || o.class_name.rfind("__torch__.", 0) == 0) {
-        out.layers.push_back({o.path, last_part(o.class_name), "recorded in the file"});
+        out.layers.push_back({o.path, python::last_name(o.class_name), "recorded in the file"});
         continue;
       }
       if (const python::ClassDef* c = p.find_class(o.class_name)) attach_forward(p, *c, o);
@@ -1215,7 +1191,7 @@ CodeModel match_model(CodeModel out, const std::string& wanted, Checkpoint& chec
       why += "; class " + c.cls->name + " (" + c.cls->file->where(c.cls->line) + "): " + c.mismatch;
     }
     std::string have;
-    for (const Module& m : modules.modules) have += (have.empty() ? "" : ", ") + shown(m.path) + " " + m.describe();
+    for (const Module& m : modules.modules) have += (have.empty() ? "" : ", ") + shown_path(m.path) + " " + m.describe();
     if (candidates.empty())
       throw Error(files + ": no nn.Module class" + (wanted.empty() ? std::string() : " '" + wanted + "'") +
                   " in the files given (pass the file that defines the model, or file.py:ClassName)");
@@ -1247,7 +1223,7 @@ CodeModel match_model(CodeModel out, const std::string& wanted, Checkpoint& chec
   const bool rival = std::any_of(tried.begin(), tried.end(), [&](const Candidate& c) {
     if (c.nodes.empty()) return true;
     for (const Node& node : c.nodes)
-      if (node.nn && node.weighted() && has_module(modules, module_path(c.prefix, node.path))) return true;
+      if (node.nn && node.weighted() && has_module(modules, child_path(c.prefix, node.path))) return true;
     return false;
   });
   if (wanted.empty() && rival)
@@ -1301,19 +1277,15 @@ CodeModel match_model(CodeModel out, const std::string& wanted, Checkpoint& chec
   }
 
   // Module objects and attributes, as a whole pickled module records them.
-  std::map<std::string, const python::ClassDef*> by_path;
   for (int n : m.order) {
     const Node& node = m.nodes[static_cast<size_t>(n)];
-    const std::string path = module_path(m.prefix, node.path);
+    const std::string path = child_path(m.prefix, node.path);
     ModuleObject o;
     o.path = strip_wrapper_prefixes(path);
     if (node.passed) {
       const Module* mod = readable(modules, path);
       if (!mod) continue;  // a plain value, or a module with no weights: not followed
-      o.class_name = "torch.nn.modules." + std::string(mod->type == ModuleType::Recurrent
-                                                           ? (mod->kind == CellKind::kLstm ? "LSTM"
-                                                              : mod->kind == CellKind::kGru ? "GRU" : "RNN")
-                                                           : "");
+      o.class_name = "torch.nn.modules." + std::string(mod->type == ModuleType::Recurrent ? pytorch_class_name(mod->kind) : "");
       out.layers.push_back({path, "passed to the constructor as '" + node.argument + "': " + mod->describe(), node.where});
       if (mod->type == ModuleType::Recurrent && !options.layout_given && !options.graph_given)
         throw Error(node.where + ": self." + node.path + " is the argument '" + node.argument +
@@ -1338,10 +1310,7 @@ CodeModel match_model(CodeModel out, const std::string& wanted, Checkpoint& chec
       out.layers.push_back({path, node.constructor, node.where});
     } else {
       o.class_name = node.user ? node.user->name : node.cls;
-      if (node.user) {
-        attach_forward(p, *node.user, o);
-        by_path[o.path] = node.user;
-      }
+      if (node.user) attach_forward(p, *node.user, o);
       for (const auto& [name, v] : node.attrs) {
         if (v.kind == CVal::kStr) o.scalars[name] = "'" + v.s + "'";
         else if (v.kind == CVal::kBool || v.kind == CVal::kInt || v.kind == CVal::kFloat || v.kind == CVal::kNone)

@@ -614,11 +614,6 @@ class Builder {
   size_t definitions_ = 0;
 };
 
-std::string last_part(const std::string& path) {
-  const size_t slash = path.find_last_of('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
-}
-
 bool ends_with(const std::string& s, const char* suffix) {
   const std::string x = suffix;
   return s.size() >= x.size() && s.compare(s.size() - x.size(), x.size(), x) == 0;
@@ -688,6 +683,11 @@ std::string notebook_program(const std::string& bytes, SourceFile& file) {
 
 }  // namespace
 
+std::string last_name(const std::string& dotted) {
+  const size_t dot = dotted.rfind('.');
+  return dot == std::string::npos ? dotted : dotted.substr(dot + 1);
+}
+
 std::string SourceFile::where(size_t line) const {
   if (notebook && line < origins.size())
     return name + " cell " + std::to_string(origins[line].first) + ", line " + std::to_string(origins[line].second);
@@ -699,7 +699,7 @@ bool Def::is_static() const {
 }
 
 const ClassDef* Program::find_class(const std::string& name) const {
-  const std::string last = name.substr(name.rfind('.') == std::string::npos ? 0 : name.rfind('.') + 1);
+  const std::string last = last_name(name);
   for (auto it = classes.rbegin(); it != classes.rend(); ++it)
     if (it->name == last) return &*it;
   return nullptr;
@@ -731,7 +731,7 @@ std::string Program::qualified(const std::string& name) const {
 void read_source_text(const std::string& name, const std::string& text, Program& program) {
   auto file = std::make_unique<SourceFile>();
   file->path = name;
-  file->name = escaped(last_part(name));
+  file->name = escaped(basename_of(name));
   if (text.size() > kMaxSourceBytes)
     throw Error(file->name + ": " + std::to_string(text.size()) + " bytes (a source file is read up to " +
                 std::to_string(kMaxSourceBytes) + ")");
@@ -754,7 +754,7 @@ void read_source_text(const std::string& name, const std::string& text, Program&
 void read_source(const std::string& path, Program& program) {
   const MappedFile file(path);
   if (file.size() > kMaxSourceBytes)
-    throw Error(escaped(last_part(path)) + ": " + std::to_string(file.size()) + " bytes (a source file is read up to " +
+    throw Error(escaped(basename_of(path)) + ": " + std::to_string(file.size()) + " bytes (a source file is read up to " +
                 std::to_string(kMaxSourceBytes) + ")");
   read_source_text(path, std::string(reinterpret_cast<const char*>(file.data()), file.size()), program);
 }

@@ -103,6 +103,9 @@ struct Program {
   std::string qualified(const std::string& name) const;
 };
 
+// The last part of a dotted name ("torch.nn.modules.rnn.LSTM" -> "LSTM").
+std::string last_name(const std::string& dotted);
+
 // Reads the file at `path` (a notebook when it ends in .ipynb or holds a
 // notebook's JSON) into `program`. Throws Error naming the file (and line)
 // when it cannot be read, is too large, is not UTF-8 text, or a limit is

@@ -141,9 +141,6 @@ std::optional<long long> single_int(const Val& v) {
   return integer_of(v);
 }
 
-std::string join(const std::string& path, const std::string& name) { return path.empty() ? name : path + "." + name; }
-std::string shown(const std::string& path) { return path.empty() ? kRootModuleName : path; }
-
 // What a torch.nn.functional function is, when its arguments are the ATen op's.
 std::string canonical(const std::string& fn) {
   for (const char* prefix : {"__torch__.torch.nn.functional.", "torch.nn.functional.", "F."}) {
@@ -185,7 +182,7 @@ class Reader {
                       "': ferry's output is the sequence; the state is ferry_state_get's");
     }
     if (out.kind != Val::kTensor) fail("forward returns " + what(out) + ", not one tensor");
-    if (!out.hidden.empty()) fail("forward returns the final state h_n of '" + shown(out.hidden) + "' as a whole");
+    if (!out.hidden.empty()) fail("forward returns the final state h_n of '" + shown_path(out.hidden) + "' as a whole");
     if (!out.chain) fail("forward returns its input");
     if (!axes_.require_output(out.axes)) {
       fail("forward returns a sequence whose axes are not [B, T, F], [T, B, F] or [B, F, T]");
@@ -251,7 +248,7 @@ class Reader {
     }
     if (module.empty()) return {};
     for (Chain c = y.chain; c; c = anywhere ? c->prev : nullptr)
-      if (c->element.module == (module == kRootModuleName ? std::string(kRootModuleName) : module)) return module;
+      if (c->element.module == module) return module;
     return {};
   }
 
@@ -283,17 +280,16 @@ class Reader {
   std::string class_of(const std::string& path) const {
     auto it = objects_.find(path);
     if (it == objects_.end()) return "?";
-    const std::string& q = checkpoint_.module_objects[it->second].class_name;
-    return q.substr(q.rfind('.') == std::string::npos ? 0 : q.rfind('.') + 1);
+    return python::last_name(checkpoint_.module_objects[it->second].class_name);
   }
 
   static std::string what(const Val& v) {
     switch (v.kind) {
       case Val::kOpaque: return v.text;
-      case Val::kTensor: return v.hidden.empty() ? "a tensor" : "the final state h_n of '" + shown(v.hidden) + "'";
+      case Val::kTensor: return v.hidden.empty() ? "a tensor" : "the final state h_n of '" + shown_path(v.hidden) + "'";
       case Val::kZeros: return "zeros";
-      case Val::kModule: return "module '" + shown(v.text) + "'";
-      case Val::kParam: return "parameter '" + join(v.owner, v.text) + "'";
+      case Val::kModule: return "module '" + shown_path(v.text) + "'";
+      case Val::kParam: return "parameter '" + child_path(v.owner, v.text) + "'";
       case Val::kTuple: return "a tuple of " + std::to_string(v.items.size());
       case Val::kList: return "a list of " + std::to_string(v.items.size());
       case Val::kFunction: return "the function " + v.text.substr(0, 80);
@@ -315,18 +311,18 @@ class Reader {
       fail("modules call each other more than " + std::to_string(kMaxScriptCallDepth) + " deep");
     for (const Frame& f : frames_)
       if (f.path == object.path && f.method == method && !root)
-        fail("module '" + shown(object.path) + "' calls " + (method == "forward" ? "itself" : "its " + method + " again"));
+        fail("module '" + shown_path(object.path) + "' calls " + (method == "forward" ? "itself" : "its " + method + " again"));
     const Parsed& fn = parsed(object, method);
     Frame frame;
     frame.path = object.path;
     frame.method = method;
     frame.file = fn.file;
     if (!fn.is_static) {
-      if (fn.parameters.empty()) fail(method + " of '" + shown(object.path) + "' takes no self");
+      if (fn.parameters.empty()) fail(method + " of '" + shown_path(object.path) + "' takes no self");
       frame.vars[fn.parameters[0].name] = Val::of(Val::kModule, object.path);
     }
     return call_def(fn, std::move(frame), fn.is_static ? 0 : 1, std::move(args), std::move(keywords), root,
-                    "the " + method + " of '" + shown(object.path) + "'");
+                    "the " + method + " of '" + shown_path(object.path) + "'");
   }
 
   // A module-level function of the --code files.
@@ -733,15 +729,15 @@ class Reader {
     if (program_) {
       const python::ClassDef* cls = source_class(object);
       const python::Def* def = cls ? program_->find_method(*cls, method).first : nullptr;
-      if (!def) fail("module '" + shown(object.path) + "' (" + class_of(object.path) + ") has no method " + method);
+      if (!def) fail("module '" + shown_path(object.path) + "' (" + class_of(object.path) + ") has no method " + method);
       return *functions_.emplace(key, parse_def(*def)).first->second;
     }
-    if (method != "forward") fail("calls '" + method + "' of module '" + shown(object.path) + "', a method ferry does not read");
+    if (method != "forward") fail("calls '" + method + "' of module '" + shown_path(object.path) + "', a method ferry does not read");
     script::Function f;
     try {
       f = script::parse_function(object.forward);
     } catch (const Error& e) {
-      fail(std::string("module '") + shown(object.path) + "': " + e.what());
+      fail(std::string("module '") + shown_path(object.path) + "': " + e.what());
     }
     auto p = std::make_unique<Parsed>();
     p->parameters = std::move(f.parameters);
@@ -893,7 +889,7 @@ class Reader {
 
   // self.<name> of the module at `path`.
   Val member(const std::string& path, const std::string& name) {
-    const std::string child = strip_wrapper_prefixes(join(path, name));
+    const std::string child = strip_wrapper_prefixes(child_path(path, name));
     if (objects_.count(child)) return Val::of(Val::kModule, child);
     if (tensors_.count(child)) {
       Val p = Val::of(Val::kParam, name);
@@ -914,7 +910,7 @@ class Reader {
       if (auto u = undecided.find(name); u != undecided.end())
         return Val::opaque("self." + name + " (" + u->second + ")");
     }
-    return Val::opaque("'" + join(shown(path), name) + "'");
+    return Val::opaque("'" + child_path(shown_path(path), name) + "'");
   }
 
   Val subscript(const Expr& e) {
@@ -938,7 +934,7 @@ class Reader {
         }
         const auto i = integer_of(eval(ix));
         if (!base.hidden.empty() && i && *i != -1)
-          fail("h_n[" + std::to_string(*i) + "] of '" + shown(base.hidden) + "': ferry's chain reads only h_n[-1], the "
+          fail("h_n[" + std::to_string(*i) + "] of '" + shown_path(base.hidden) + "': ferry's chain reads only h_n[-1], the "
                "last layer's final state in one direction (joining both directions' final states, torch.cat((h_n[-2], "
                "h_n[-1])), is not a layer ferry runs)");
         if (!i || *i != -1 || dim >= 0) fail("indexing other than the last step ([-1])");
@@ -985,7 +981,7 @@ class Reader {
       if (program_ && base.data) return base;  // x.abs().max(): still the values of a tensor
       if (base.kind == Val::kModule) {
         if (callee.text.rfind("forward", 0) != 0)
-          fail("calls the method '" + callee.text + "' of module '" + shown(base.text) + "'");
+          fail("calls the method '" + callee.text + "' of module '" + shown_path(base.text) + "'");
         Args a = arguments(e);
         return call_module(base.text, callee.text, std::move(a));
       }
@@ -1040,7 +1036,7 @@ class Reader {
     }
     if (method == "flatten_parameters" || method == "eval" || method == "train" || method == "zero_grad")
       return Val::literal("None");
-    fail("calls the method '" + method + "' of module '" + shown(path) + "' (" + class_of(path) + "), which " +
+    fail("calls the method '" + method + "' of module '" + shown_path(path) + "' (" + class_of(path) + "), which " +
          (it == objects_.end() ? "the model does not hold" : "ferry does not read as a chain element"));
   }
 
@@ -1078,7 +1074,6 @@ class Reader {
     }
     for (Val& v : a.pos) full.pos.push_back(std::move(v));
     full.kw = std::move(a.kw);
-    if (name == "size" || name == "dim") return call_function("torch." + name, full);
     return call_function("torch." + name, full);
   }
 
@@ -1101,15 +1096,15 @@ class Reader {
       size_t wildcards = 0;
       for (size_t i = 0; i < dims.size() && ok; ++i) {
         const Val& d = dims[i];
-        if (integer_of(d) == -1) {
-          ++wildcards;
-        } else if (d.kind == Val::kStatic && !d.boolean && d.axis[l] == axes[i] &&
-                   (axes[i] != 'F' || !features || !(d.known & (1u << l)) || d.per[l] == *features)) {
-        } else if (axes[i] == 'F' && features && integer_of(d) == *features) {
-        } else if (axes[i] == 'F' && d.kind == Val::kStatic && (d.known & (1u << l)) && features && d.per[l] == *features) {
-        } else {
-          ok = false;
-        }
+        const bool known_here = d.kind == Val::kStatic && (d.known & (1u << l));
+        // The size of this same axis (x.size(1)), its value agreeing where known.
+        const bool same_axis = d.kind == Val::kStatic && !d.boolean && d.axis[l] == axes[i] &&
+                               (axes[i] != 'F' || !features || !known_here || d.per[l] == *features);
+        // The feature count, as a literal or a value known under this layout.
+        const bool feature_count = axes[i] == 'F' && features &&
+                                   (integer_of(d) == *features || (known_here && d.per[l] == *features));
+        if (integer_of(d) == -1) ++wildcards;
+        else ok = same_axis || feature_count;
       }
       if (ok && wildcards <= 1) fits |= 1u << l;
     }
@@ -1157,7 +1152,7 @@ class Reader {
   const Val& chain_value(const Val* v, const std::string& what_call) {
     if (!v) fail(what_call + " without its input");
     if (v->kind != Val::kTensor) fail(what_call + " of " + what(*v) + ", not of a tensor made from the input");
-    if (!v->hidden.empty()) fail(what_call + " of the final state h_n of '" + shown(v->hidden) + "' as a whole");
+    if (!v->hidden.empty()) fail(what_call + " of the final state h_n of '" + shown_path(v->hidden) + "' as a whole");
     return *v;
   }
 
@@ -1182,17 +1177,17 @@ class Reader {
     return y;
   }
 
-  // A Conv1d reading a value F.pad padded with `left_pad` zeros before its
+  // Conv1d `m` reading a value F.pad padded with `left_pad` zeros before its
   // time axis: a causal conv where that is (kernel_size - 1) x dilation.
-  Val unpadded(const Val& x, const Module& m, long long dilation, GraphElement* e) {
+  Val causal_conv(const Val& x, GraphElement e, const Module& m, long long dilation) {
     const long long span = static_cast<long long>(m.kernel_size - 1) * dilation;
     if (x.left_pad != span)
-      fail("F.pad of " + std::to_string(x.left_pad) + " steps before Conv1d '" + shown(m.path) + "', whose kernel spans " +
+      fail("F.pad of " + std::to_string(x.left_pad) + " steps before Conv1d '" + shown_path(m.path) + "', whose kernel spans " +
            std::to_string(span) + ": ferry's causal conv pads (kernel_size - 1) x dilation");
-    e->args["padding"] = "causal";
+    e.args["padding"] = "causal";
     Val y = x;
     y.left_pad = 0;
-    return y;
+    return through(y, std::move(e), m);
   }
 
   // F.pad(x, (left, 0)) / torch.constant_pad_nd(x, [left, 0]) of a [B, C, T]
@@ -1228,9 +1223,9 @@ class Reader {
     if (m.type == ModuleType::Linear && !embedding) in = m.in_features;
     if (m.type == ModuleType::Recurrent) in = m.input_size;
     if (m.type == ModuleType::BatchNorm || m.type == ModuleType::LayerNorm) in = m.features;
-    bind_input(x, in, "'" + shown(m.path) + "'");
+    bind_input(x, in, "'" + shown_path(m.path) + "'");
     if (const auto f = features_of(x); f && in > 0 && *f != in)
-      fail("'" + shown(m.path) + "' reads " + std::to_string(in) + " features, but its input has " + std::to_string(*f));
+      fail("'" + shown_path(m.path) + "' reads " + std::to_string(in) + " features, but its input has " + std::to_string(*f));
     Val y = extend(x, std::move(e));
     if (embedding) y.features = m.in_features;
     else if (m.type != ModuleType::PReLU) y.features = m.output_size();
@@ -1327,7 +1322,7 @@ class Reader {
       if (x && x->kind == Val::kTensor && !x->hidden.empty() && d && integer_of(*d) == 0) {
         const Module* m = modules_.find(x->hidden);
         if (!m || m->num_layers * (m->bidirectional ? 2u : 1u) != 1)
-          fail("h_n.squeeze(0) of '" + shown(x->hidden) + "', which has more than one layer or direction");
+          fail("h_n.squeeze(0) of '" + shown_path(x->hidden) + "', which has more than one layer or direction");
         return select(*x, 0);
       }
       // out.squeeze(-1) of a one-feature output (a forecaster's [B, 1] -> [B]):
@@ -1655,9 +1650,9 @@ class Reader {
   const Module& owner_of(const Val* w, const std::string& fn, const char* expected, ModuleType type) {
     if (!w || w->kind != Val::kParam)
       fail(fn + " with a weight that is " + (w ? what(*w) : std::string("missing")) + ", not a module's parameter");
-    if (w->text != expected) fail(fn + " with '" + join(w->owner, w->text) + "' as its " + expected);
+    if (w->text != expected) fail(fn + " with '" + child_path(w->owner, w->text) + "' as its " + expected);
     const Module* m = modules_.find(w->owner.empty() ? kRootModuleName : w->owner);
-    if (!m || m->type != type) fail(fn + " with the weights of '" + shown(w->owner) + "', which is not a layer of that kind");
+    if (!m || m->type != type) fail(fn + " with the weights of '" + shown_path(w->owner) + "', which is not a layer of that kind");
     return *m;
   }
 
@@ -1668,7 +1663,7 @@ class Reader {
     const bool given = v && !v->is_none();
     if (has != given || (given && (v->kind != Val::kParam || v->owner != m.path || v->text != name)))
       fail(fn + ": its " + name + " argument is " + (v ? what(*v) : std::string("missing")) + ", but '" +
-           shown(m.path) + "' " + (has ? "has" : "has no") + " " + name);
+           shown_path(m.path) + "' " + (has ? "has" : "has no") + " " + name);
   }
 
   static GraphElement module_element(const Module& m) {
@@ -1737,9 +1732,7 @@ class Reader {
       if (x.left_pad) {
         const auto d = e.args.count("dilation") ? std::strtoll(e.args["dilation"].c_str(), nullptr, 10) : 1;
         if (e.args.count("padding") && e.args["padding"] != "0") fail("F.pad before a Conv1d that pads itself too");
-        e.args.erase("padding");
-        const Val y = unpadded(x, m, d, &e);
-        return through(y, std::move(e), m);
+        return causal_conv(x, std::move(e), m, d);
       }
       return through(x, std::move(e), m);
     }
@@ -1753,7 +1746,7 @@ class Reader {
       check_optional_param(a.get(aten ? 2 : 4, "bias"), m, "bias", fn);
       const Val* var = a.get(aten ? 4 : 2, "running_var");
       if (!var || var->kind != Val::kParam || var->owner != m.path || var->text != "running_var")
-        fail(fn + " without '" + shown(m.path) + "'s running_var");
+        fail(fn + " without '" + shown_path(m.path) + "'s running_var");
       const Val* training = a.get(5, "training");
       if (!training || bool_of(*training) != false) fail(fn + " in training mode (batch statistics)");
       GraphElement e = module_element(m);
@@ -1798,12 +1791,12 @@ class Reader {
     const Module& m = owner_of(&first, fn, "weight_ih_l0", ModuleType::Recurrent);
     for (const Val& p : params->items)
       if (p.kind != Val::kParam || p.owner != m.path)
-        fail(fn + " with parameters that are not all '" + shown(m.path) + "'s");
+        fail(fn + " with parameters that are not all '" + shown_path(m.path) + "'s");
     if (params->items.size() != m.params.size())
-      fail(fn + " with " + std::to_string(params->items.size()) + " of '" + shown(m.path) + "'s " +
+      fail(fn + " with " + std::to_string(params->items.size()) + " of '" + shown_path(m.path) + "'s " +
            std::to_string(m.params.size()) + " parameters");
     const CellKind kind = fn == "torch.lstm" ? CellKind::kLstm : fn == "torch.gru" ? CellKind::kGru : CellKind::kRnn;
-    if (m.kind != kind || m.is_cell) fail(fn + " with the weights of '" + shown(m.path) + "', " + m.describe());
+    if (m.kind != kind || m.is_cell) fail(fn + " with the weights of '" + shown_path(m.path) + "', " + m.describe());
     auto flag = [&](size_t i, const char* name) {
       const Val* v = a.get(i, name);
       const auto b = v ? bool_of(*v) : std::nullopt;
@@ -1812,9 +1805,9 @@ class Reader {
     };
     const auto layers = a.get(4, "num_layers") ? integer_of(*a.get(4, "num_layers")) : std::nullopt;
     if (!layers || *layers != static_cast<long long>(m.num_layers))
-      fail(fn + ": num_layers does not match '" + shown(m.path) + "', " + m.describe());
+      fail(fn + ": num_layers does not match '" + shown_path(m.path) + "', " + m.describe());
     if (flag(7, "bidirectional") != m.bidirectional)
-      fail(fn + ": bidirectional does not match '" + shown(m.path) + "', " + m.describe());
+      fail(fn + ": bidirectional does not match '" + shown_path(m.path) + "', " + m.describe());
     if (flag(6, "train")) fail(fn + " in training mode (dropout between layers)");
     const bool batch_first = flag(8, "batch_first");
     GraphElement e = module_element(m);
@@ -1855,7 +1848,7 @@ class Reader {
 
   Val recurrent_input(const Val& x, bool batch_first, const Module& m) {
     if (!axes_.require_exactly(x.axes, batch_first ? "BTF" : "TBF", false))
-      fail("'" + shown(m.path) + "' (batch_first=" + (batch_first ? "True" : "False") + ") takes " +
+      fail("'" + shown_path(m.path) + "' (batch_first=" + (batch_first ? "True" : "False") + ") takes " +
            (batch_first ? "[B, T, F]" : "[T, B, F]") + ", which the axes before it are not under any input layout");
     return x;
   }
@@ -1864,7 +1857,7 @@ class Reader {
     Val h = y;
     h.features = m.proj_size ? m.proj_size : m.hidden_size;
     h.hidden = m.path;
-    h.state_of = shown(m.path);
+    h.state_of = shown_path(m.path);
     for (unsigned c = 0; c < kInputLayouts; ++c)
       if (!h.axes.under[c].empty()) h.axes.under[c] = "LBF";
     h.id = ++ids_;
@@ -1872,8 +1865,8 @@ class Reader {
   }
 
   static Val cell_state(const Module& m) {
-    Val c = Val::opaque("the final cell state c_n of '" + shown(m.path) + "'");
-    c.state_of = shown(m.path);
+    Val c = Val::opaque("the final cell state c_n of '" + shown_path(m.path) + "'");
+    c.state_of = shown_path(m.path);
     return c;
   }
 
@@ -1884,13 +1877,13 @@ class Reader {
 
   Val call_module(const std::string& path, const std::string& method, Args a) {
     auto it = objects_.find(path);
-    if (it == objects_.end()) fail("calls module '" + shown(path) + "', which the archive does not hold");
+    if (it == objects_.end()) fail("calls module '" + shown_path(path) + "', which the archive does not hold");
     const ModuleObject& object = checkpoint_.module_objects[it->second];
     // A scripted torch.nn module is what its class computes; any other
     // module's forward is read.
     if (program_ && object.forward.empty() && class_of(path) == "Sequential") {
       // An nn.Sequential: each child in turn.
-      if (a.pos.size() != 1 || !a.kw.empty()) fail("calls the nn.Sequential '" + shown(path) + "' with other than one input");
+      if (a.pos.size() != 1 || !a.kw.empty()) fail("calls the nn.Sequential '" + shown_path(path) + "' with other than one input");
       Val x = a.pos[0];
       for (const std::string& child : children_of(path)) {
         Args one;
@@ -1901,8 +1894,8 @@ class Reader {
     }
     if (is_torch_nn(object) && (object.final_constants || method != "forward" || object.forward.empty()))
       return class_semantics(object, a);
-    if (method != "forward") fail("calls '" + method + "' of module '" + shown(path) + "', a method ferry does not read");
-    if (object.forward.empty()) fail("calls module '" + shown(path) + "', whose forward is not in the archive");
+    if (method != "forward") fail("calls '" + method + "' of module '" + shown_path(path) + "', a method ferry does not read");
+    if (object.forward.empty()) fail("calls module '" + shown_path(path) + "', whose forward is not in the archive");
     return interpret(object, std::move(a.pos), std::move(a.kw), false);
   }
 
@@ -1911,11 +1904,11 @@ class Reader {
     const std::string cls = class_of(path);
     const Module* m = modules_.find(path.empty() ? kRootModuleName : path);
     if (m) {
-      const Val& x = chain_value(a.get(0, "input"), "module '" + shown(path) + "'");
+      const Val& x = chain_value(a.get(0, "input"), "module '" + shown_path(path) + "'");
       switch (m->type) {
         case ModuleType::Recurrent: {
           if (m->is_cell) fail("a recurrent Cell is stepped by the code around it, not one chain element");
-          check_initial_state(a.get(1, "hx"), "module '" + shown(path) + "'");
+          check_initial_state(a.get(1, "hx"), "module '" + shown_path(path) + "'");
           auto bf = checkpoint_.attributes.find(attribute_key(path, "batch_first"));
           const bool batch_first = bf != checkpoint_.attributes.end() && bf->second == "true";
           Val y = through(recurrent_input(x, batch_first, *m), module_element(*m), *m);
@@ -1935,52 +1928,50 @@ class Reader {
         }
         case ModuleType::Conv1d:
           if (!axes_.require_exactly(x.axes, "BFT", false))
-            fail("Conv1d '" + shown(path) + "' on an input that is not [B, C, T] under any input layout the chain allows");
+            fail("Conv1d '" + shown_path(path) + "' on an input that is not [B, C, T] under any input layout the chain allows");
           if (x.left_pad) {
             auto p = checkpoint_.attributes.find(attribute_key(path, "padding"));
             if (p != checkpoint_.attributes.end() && p->second != "(0,)" && p->second != "0" && p->second != "valid")
-              fail("F.pad before Conv1d '" + shown(path) + "', which pads itself too (padding " + p->second + ")");
+              fail("F.pad before Conv1d '" + shown_path(path) + "', which pads itself too (padding " + p->second + ")");
             auto dl = checkpoint_.attributes.find(attribute_key(path, "dilation"));
             if (dl == checkpoint_.attributes.end())
-              fail("F.pad before Conv1d '" + shown(path) + "', whose dilation the code does not say");
-            GraphElement e = module_element(*m);
+              fail("F.pad before Conv1d '" + shown_path(path) + "', whose dilation the code does not say");
             const long long d = std::strtoll(dl->second.c_str() + (dl->second[0] == '(' ? 1 : 0), nullptr, 10);
-            const Val y = unpadded(x, *m, d, &e);
-            return through(y, std::move(e), *m);
+            return causal_conv(x, module_element(*m), *m, d);
           }
           break;
         case ModuleType::BatchNorm:
-          if (!axes_.require_exactly(x.axes, "BFT", true)) fail("BatchNorm1d '" + shown(path) + "' needs the channels at dim 1");
+          if (!axes_.require_exactly(x.axes, "BFT", true)) fail("BatchNorm1d '" + shown_path(path) + "' needs the channels at dim 1");
           break;
         case ModuleType::PReLU:
           if (m->features > 1 && !axes_.require_exactly(x.axes, "BFT", true))
-            fail("PReLU '" + shown(path) + "' with one weight per channel needs the channels at dim 1");
+            fail("PReLU '" + shown_path(path) + "' with one weight per channel needs the channels at dim 1");
           break;
         case ModuleType::Linear: case ModuleType::LayerNorm:
           if (m->class_name == "Embedding" && x.chain)
-            fail("Embedding '" + shown(path) + "' of a value other than the model's input (token ids)");
+            fail("Embedding '" + shown_path(path) + "' of a value other than the model's input (token ids)");
           if (!axes_.require_features_last(x.axes))
-            fail(cls + " '" + shown(path) + "' over an axis other than the features");
+            fail(cls + " '" + shown_path(path) + "' over an axis other than the features");
           break;
       }
       return through(x, module_element(*m), *m);
     }
     if (auto act = recorded_activation(checkpoint_, path)) {
-      const Val& x = chain_value(a.get(0, "input"), "module '" + shown(path) + "'");
+      const Val& x = chain_value(a.get(0, "input"), "module '" + shown_path(path) + "'");
       if (act->op == OpKind::Softmax || act->op == OpKind::LogSoftmax) {
         auto dim = checkpoint_.attributes.find(attribute_key(path, "dim"));
         char* end = nullptr;
         const long d = dim == checkpoint_.attributes.end() ? 0 : std::strtol(dim->second.c_str(), &end, 10);
         if (dim == checkpoint_.attributes.end() || *end != '\0')
-          fail(cls + " '" + shown(path) + "' without a dim (PyTorch picks the axis from the input's rank)");
-        if (!axes_.require_axis(x.axes, d, 'F')) fail(cls + " '" + shown(path) + "' over an axis other than the features");
+          fail(cls + " '" + shown_path(path) + "' without a dim (PyTorch picks the axis from the input's rank)");
+        if (!axes_.require_axis(x.axes, d, 'F')) fail(cls + " '" + shown_path(path) + "' over an axis other than the features");
       }
       // nn.ReLU(inplace=True) & co. change their input for every other user of it.
       auto inplace = checkpoint_.attributes.find(attribute_key(path, "inplace"));
       if (inplace != checkpoint_.attributes.end() && inplace->second == "true") return in_place(x, extend(x, *act));
       return extend(x, *act);
     }
-    fail("calls module '" + shown(path) + "' (" + cls + "), whose computation ferry does not know");
+    fail("calls module '" + shown_path(path) + "' (" + cls + "), whose computation ferry does not know");
   }
 
   const Checkpoint& checkpoint_;
