@@ -7,6 +7,7 @@
 
 #include "cli.h"
 #include "commands.h"
+#include "library.h"
 #include "ferry/ferry.h"
 
 namespace ferry::cli {
@@ -142,6 +143,29 @@ const CLI::App* Cli::command(const std::string& name) const {
   for (const CLI::App* sub : app_->get_subcommands({}))
     if (sub->get_name() == name && sub != help_) return sub;
   return nullptr;
+}
+
+}  // namespace ferry::cli
+
+namespace ferry::cli {
+
+std::vector<OptionInfo> command_options(const std::string& name) {
+  const Cli cli;
+  const CLI::App* sub = cli.command(name);
+  if (!sub) throw UsageError("unknown command '" + name + "' (" + command_names() + ")");
+  std::vector<OptionInfo> out;
+  for (const CLI::Option* o : sub->get_options()) {
+    if (o->get_positional() || o->get_lnames().empty() || o == sub->get_help_ptr()) continue;
+    OptionInfo info;
+    info.name = o->get_lnames().front();
+    info.flag = o->get_expected_max() == 0;
+    info.multiple = !info.flag && o->get_expected_max() > 1;
+    info.type_name = info.flag ? "" : o->get_type_name();
+    info.description = o->get_description();
+    info.default_value = o->get_default_str();
+    out.push_back(std::move(info));
+  }
+  return out;
 }
 
 }  // namespace ferry::cli

@@ -12,6 +12,7 @@
 
 #include "commands.h"
 #include "convert.h"
+#include "library.h"
 #include "plan/quantization.h"
 #include "text.h"
 
@@ -181,6 +182,10 @@ void print_quantization(const ConvertReport& r) {
 
 namespace {
 
+conv::Layout layout_named(const std::string& name) {
+  return name == "btf" ? conv::Layout::kBatchFirst : name == "tbf" ? conv::Layout::kTimeMajor : conv::Layout::kChannelsFirst;
+}
+
 struct ConvertOptions {
   std::string input, output, graph, layout, output_layout, key, quantize = "f32", calibration, c_array, rounding;
   std::vector<std::string> code;
@@ -190,9 +195,11 @@ struct ConvertOptions {
               *c_array_opt = nullptr, *rounding_opt = nullptr;
 };
 
-int run_convert(const ConvertOptions& o) {
-  const auto t0 = std::chrono::steady_clock::now();
-  conv::ConvertRequest request;
+// The request the options make, checked as a usage error where options do
+// not combine.
+ConvertCall convert_call(const ConvertOptions& o) {
+  ConvertCall call;
+  conv::ConvertRequest& request = call.request;
   request.quantize.dtype = conv::precision_from_name(o.quantize);
   const bool quantized = request.quantize.dtype != conv::DType::F32;
   if (!quantized && (o.calibration_opt->count() || o.max_error_opt->count() || o.fallback || o.rounding_opt->count())) {
@@ -215,19 +222,22 @@ int run_convert(const ConvertOptions& o) {
   if (o.graph_opt->count()) request.graph = o.graph;
   request.code = o.code;
   if (o.batch_first) request.batch_first = true;
-  if (o.layout_opt->count()) {
-    request.layout = o.layout == "btf"   ? conv::Layout::kBatchFirst
-                     : o.layout == "tbf" ? conv::Layout::kTimeMajor
-                                         : conv::Layout::kChannelsFirst;
-  }
-  if (o.output_layout_opt->count()) {
-    request.output_layout = o.output_layout == "btf"   ? conv::Layout::kBatchFirst
-                            : o.output_layout == "tbf" ? conv::Layout::kTimeMajor
-                                                       : conv::Layout::kChannelsFirst;
-  }
+  if (o.layout_opt->count()) request.layout = layout_named(o.layout);
+  if (o.output_layout_opt->count()) request.output_layout = layout_named(o.output_layout);
   request.key = o.key;
   if (o.c_array_opt->count()) request.c_array = o.c_array;
   if (o.selftest) request.selftest = conv::SelfTestPolicy::Always;
+  call.quiet = o.quiet;
+  call.verbose = o.verbose;
+  call.stats = o.stats;
+  return call;
+}
+
+int run_convert(const ConvertOptions& o) {
+  const auto t0 = std::chrono::steady_clock::now();
+  ConvertCall call = convert_call(o);
+  conv::ConvertRequest& request = call.request;
+  const bool quantized = request.quantize.dtype != conv::DType::F32;
   const Verbosity verbosity = o.quiet ? Verbosity::Quiet : o.verbose ? Verbosity::Verbose : Verbosity::Normal;
   StageLine stage(verbosity);
   request.stage = [&stage](const std::string& what) { stage(what); };
@@ -263,7 +273,11 @@ int run_convert(const ConvertOptions& o) {
 
 }  // namespace
 
-Action declare_convert(CLI::App& app) {
+namespace {
+
+// convert's positionals and options, declared once: on the CLI's
+// subcommand and on the App parse_convert() parses with.
+std::shared_ptr<ConvertOptions> declare_convert_options(CLI::App& app) {
   auto o = std::make_shared<ConvertOptions>();
   app.footer(
       "IN is any form ferry reads: a torch.save zip or legacy file (state dict, training checkpoint, whole\n"
@@ -316,7 +330,27 @@ Action declare_convert(CLI::App& app) {
   app.add_flag("--stats", o->stats, "Print time, throughput and peak memory");
   auto* quiet = app.add_flag("--quiet,-q", o->quiet, "Print nothing but errors");
   app.add_flag("--verbose,-v", o->verbose, "Print every ignored tensor and each step as it starts")->excludes(quiet);
+  return o;
+}
+
+}  // namespace
+
+Action declare_convert(CLI::App& app) {
+  std::shared_ptr<ConvertOptions> o = declare_convert_options(app);
   return [o] { return run_convert(*o); };
+}
+
+ConvertCall parse_convert(const std::vector<std::string>& args) {
+  CLI::App app("", "convert");
+  std::shared_ptr<ConvertOptions> o = declare_convert_options(app);
+  std::vector<std::string> words(args.rbegin(), args.rend());  // CLI11 takes them last first
+  try {
+    app.parse(words);
+  } catch (const CLI::Error& e) {
+    throw UsageError(e.what());
+  }
+  if (!app.remaining().empty()) throw UsageError("unexpected argument '" + app.remaining().front() + "'");
+  return convert_call(*o);
 }
 
 }  // namespace ferry::cli

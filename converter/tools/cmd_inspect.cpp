@@ -20,6 +20,7 @@
 #include "cli_model.h"
 #include "commands.h"
 #include "convert.h"
+#include "library.h"
 #include "ferry/ferry_generated.h"
 #include "io/mapped_file.h"
 #include "io/sha256.h"
@@ -93,24 +94,6 @@ void print_quantization(const ferry::fb::Quantization* q) {
   }
 }
 
-// A JSON string literal.
-std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (const char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      char esc[8];
-      std::snprintf(esc, sizeof esc, "\\u%04x", static_cast<unsigned>(static_cast<unsigned char>(c)));
-      out += esc;
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
-}
-
 // The hyper-parameters the conversion assumed (Provenance.assumptions).
 std::vector<Assumption> stored_assumptions(const ferry::fb::Model* m) {
   std::vector<Assumption> out;
@@ -138,39 +121,19 @@ const char* layout_text(int layout) {
                                                : "time-major [T,B,F]";
 }
 
+// A layer's weight dtype ("F32", "F16", "I8", "I4"), read off its weight
+// or first cell; null for a layer without weights.
+nlohmann::ordered_json layer_dtype(const ferry::fb::Model* m, const ferry::fb::Layer* l) {
+  int index = l->weight();
+  if (index < 0 && l->cells() && l->cells()->size()) index = l->cells()->Get(0)->w_ih();
+  if (index < 0 || !m->tensors() || static_cast<uint32_t>(index) >= m->tensors()->size()) return nullptr;
+  return ferry::fb::EnumNameDType(m->tensors()->Get(static_cast<uint32_t>(index))->dtype());
+}
+
 // `inspect --json` of a .fb model: the summary a script needs, one object.
 int inspect_model_json(const std::string& path) {
   LoadedModel lm(path);
-  const auto* m = ferry::fb::GetModel(lm.file.data());
-  const std::vector<BackendVerdict> verdicts = backends_for(lm.model);
-  std::string layers, runs, detail;
-  for (uint32_t i = 0; i < m->layers()->size(); ++i) {
-    const auto* l = m->layers()->Get(i);
-    layers += std::string(i ? ", " : "") + "{\"kind\": " + json_string(ferry::fb::EnumNameLayerKind(l->kind())) +
-              ", \"name\": " + json_string(file_text(l->name(), "").c_str()) +
-              ", \"in\": " + std::to_string(l->input_size()) + ", \"out\": " + std::to_string(l->output_size()) + "}";
-  }
-  std::string assumptions;
-  for (const Assumption& a : stored_assumptions(m)) {
-    assumptions += std::string(assumptions.empty() ? "" : ", ") + "{\"layer\": " + json_string(a.layer) +
-                   ", \"parameter\": " + json_string(a.parameter) + ", \"value\": " + json_string(a.value) +
-                   ", \"override\": " + json_string(a.override) + "}";
-  }
-  for (const BackendVerdict& v : verdicts) {
-    if (v.runs) runs += std::string(runs.empty() ? "" : ", ") + json_string(v.name);
-    detail += std::string(detail.empty() ? "" : ", ") + "{\"name\": " + json_string(v.name) +
-              ", \"runs\": " + (v.runs ? "true" : "false") + ", \"note\": " + json_string(v.note) +
-              ", \"reason\": " + json_string(v.reason) + "}";
-  }
-  std::printf("{\"file\": %s, \"format\": \"%u.%u\", \"bytes\": %zu, \"input_size\": %u, \"output_size\": %u, "
-              "\"layout\": \"%s\", \"output_is_sequence\": %s, \"output_layout\": %s, \"layers\": [%s], "
-              "\"backends\": [%s], \"backend_detail\": [%s], \"assumptions\": [%s]}\n",
-              json_string(path).c_str(), m->format_major(), m->format_minor(), lm.file.size(), m->input_size(),
-              m->output_size(), m->channels_first() ? "bft" : m->batch_first() ? "btf" : "tbf",
-              m->output_is_sequence() ? "true" : "false",
-              m->output_is_sequence() ? json_string(layout_code(output_layout(lm.model))).c_str() : "null",
-              layers.c_str(), runs.c_str(), detail.c_str(),
-              assumptions.c_str());
+  std::printf("%s\n", model_json(lm.model, lm.file.data(), lm.file.size(), path).c_str());
   return 0;
 }
 
@@ -332,6 +295,87 @@ std::string input_layout_code(const ConvertReport& r) {
   return r.batch_first ? "btf" : "tbf";
 }
 
+// `inspect --json` of a checkpoint, opened and planned.
+std::string checkpoint_json(const std::string& path, const CheckpointInput& input, const ModuleSet& modules,
+                            const RecordedChainText& chain, const PlanView& plan) {
+  const Checkpoint& c = input.checkpoint;
+  nlohmann::ordered_json j;
+  j["file"] = path;
+  j["kind"] = "checkpoint";
+  j["form"] = c.form;
+  j["bytes"] = input.bytes();
+  j["sha256"] = input.sha256();
+  j["files"] = nlohmann::ordered_json::array();
+  for (const auto& [name, f] : input.files) j["files"].push_back({{"name", name}, {"bytes", f->size()}});
+  j["tensors"] = nlohmann::ordered_json::array();
+  for (const TensorRef& t : c.tensors) {
+    j["tensors"].push_back({{"name", t.name},
+                            {"dtype", dtype_name(t.dtype)},
+                            {"shape", t.shape},
+                            {"location", t.storage ? t.storage->location : ""},
+                            {"bytes", static_cast<uint64_t>(t.numel()) * dtype_size(t.dtype)},
+                            {"storage", t.storage ? t.storage->key : ""},
+                            {"offset", t.offset}});
+  }
+  j["attributes"] = c.attributes;
+  j["folded"] = nlohmann::ordered_json::array();
+  for (const auto& f : modules.folded) j["folded"].push_back({{"name", f->name}, {"from", f->derivation}});
+  j["modules"] = nlohmann::ordered_json::array();
+  for (const Module& m : modules.modules) j["modules"].push_back({{"path", m.path}, {"description", m.describe()}});
+  j["ignored"] = nlohmann::ordered_json::array();
+  for (const auto& [k, why] : modules.ignored) j["ignored"].push_back({{"name", k}, {"reason", why}});
+  // (group_modules starts from the checkpoint's own ignored entries.)
+  if (!chain.from.empty()) {
+    j["recorded_chain"] = {{"from", chain.from}};
+    if (chain.not_read.empty()) {
+      j["recorded_chain"]["chain"] = chain.chain;
+      j["recorded_chain"]["layout"] = chain.layout;
+      j["recorded_chain"]["notes"] = chain.notes;
+    } else {
+      j["recorded_chain"]["not_read"] = chain.not_read;
+    }
+  }
+  // JSON escapes control characters itself; a byte that is not UTF-8
+  // (a name the file holds) becomes U+FFFD rather than an exception.
+  if (plan.report) {
+    const ConvertReport& r = *plan.report;
+    nlohmann::ordered_json p;
+    p["graph"] = r.graph;
+    p["graph_inferred"] = r.graph_inferred;
+    p["layout"] = input_layout_code(r);
+    p["layout_source"] = r.batch_first_source;
+    p["output_layout"] = r.output_layout ? nlohmann::ordered_json(layout_code(*r.output_layout)) : nullptr;
+    p["layers"] = nlohmann::ordered_json::array();
+    for (const LayerSummary& l : r.layers) {
+      p["layers"].push_back({{"name", l.name}, {"description", l.description}, {"in", l.input_size},
+                             {"out", l.output_size}});
+    }
+    p["assumptions"] = nlohmann::ordered_json::array();
+    for (const Assumption& a : r.assumptions) {
+      p["assumptions"].push_back(
+          {{"layer", a.layer}, {"parameter", a.parameter}, {"value", a.value}, {"override", a.override}});
+    }
+    p["notes"] = r.notes;
+    if (r.code) {
+      nlohmann::ordered_json code;
+      code["class"] = r.code->class_name;
+      code["where"] = r.code->class_where;
+      code["under"] = r.code->root_path;
+      code["layers"] = nlohmann::ordered_json::array();
+      for (const auto& l : r.code->layers)
+        code["layers"].push_back({{"path", l[0]}, {"constructor", l[1]}, {"where", l[2]}});
+      code["chain"] = nlohmann::ordered_json::array();
+      for (const auto& [element, where] : r.code->chain(r.graph))
+        code["chain"].push_back({{"element", element}, {"where", where}});
+      p["code"] = code;
+    }
+    j["plan"] = p;
+  } else {
+    j["plan"] = {{"not_planned", plan.error}};
+  }
+  return j.dump(1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+}
+
 int inspect_checkpoint(const InspectOptions& o) {
   const std::string& path = o.file;
   const bool json = o.json;
@@ -343,81 +387,7 @@ int inspect_checkpoint(const InspectOptions& o) {
   const RecordedChainText chain = recorded_chain_text(c, modules);
   const PlanView plan = plan_checkpoint(o);
   if (json) {
-    nlohmann::ordered_json j;
-    j["file"] = path;
-    j["kind"] = "checkpoint";
-    j["form"] = c.form;
-    j["bytes"] = input.bytes();
-    j["sha256"] = input.sha256();
-    j["files"] = nlohmann::ordered_json::array();
-    for (const auto& [name, f] : input.files) j["files"].push_back({{"name", name}, {"bytes", f->size()}});
-    j["tensors"] = nlohmann::ordered_json::array();
-    for (const TensorRef& t : c.tensors) {
-      j["tensors"].push_back({{"name", t.name},
-                              {"dtype", dtype_name(t.dtype)},
-                              {"shape", t.shape},
-                              {"location", t.storage ? t.storage->location : ""},
-                              {"bytes", static_cast<uint64_t>(t.numel()) * dtype_size(t.dtype)},
-                              {"storage", t.storage ? t.storage->key : ""},
-                              {"offset", t.offset}});
-    }
-    j["attributes"] = c.attributes;
-    j["folded"] = nlohmann::ordered_json::array();
-    for (const auto& f : modules.folded) j["folded"].push_back({{"name", f->name}, {"from", f->derivation}});
-    j["modules"] = nlohmann::ordered_json::array();
-    for (const Module& m : modules.modules) j["modules"].push_back({{"path", m.path}, {"description", m.describe()}});
-    j["ignored"] = nlohmann::ordered_json::array();
-    for (const auto& [k, why] : modules.ignored) j["ignored"].push_back({{"name", k}, {"reason", why}});
-    // (group_modules starts from the checkpoint's own ignored entries.)
-    if (!chain.from.empty()) {
-      j["recorded_chain"] = {{"from", chain.from}};
-      if (chain.not_read.empty()) {
-        j["recorded_chain"]["chain"] = chain.chain;
-        j["recorded_chain"]["layout"] = chain.layout;
-        j["recorded_chain"]["notes"] = chain.notes;
-      } else {
-        j["recorded_chain"]["not_read"] = chain.not_read;
-      }
-    }
-    // JSON escapes control characters itself; a byte that is not UTF-8
-    // (a name the file holds) becomes U+FFFD rather than an exception.
-    if (plan.report) {
-      const ConvertReport& r = *plan.report;
-      nlohmann::ordered_json p;
-      p["graph"] = r.graph;
-      p["graph_inferred"] = r.graph_inferred;
-      p["layout"] = input_layout_code(r);
-      p["layout_source"] = r.batch_first_source;
-      p["output_layout"] = r.output_layout ? nlohmann::ordered_json(layout_code(*r.output_layout)) : nullptr;
-      p["layers"] = nlohmann::ordered_json::array();
-      for (const LayerSummary& l : r.layers) {
-        p["layers"].push_back({{"name", l.name}, {"description", l.description}, {"in", l.input_size},
-                               {"out", l.output_size}});
-      }
-      p["assumptions"] = nlohmann::ordered_json::array();
-      for (const Assumption& a : r.assumptions) {
-        p["assumptions"].push_back(
-            {{"layer", a.layer}, {"parameter", a.parameter}, {"value", a.value}, {"override", a.override}});
-      }
-      p["notes"] = r.notes;
-      if (r.code) {
-        nlohmann::ordered_json code;
-        code["class"] = r.code->class_name;
-        code["where"] = r.code->class_where;
-        code["under"] = r.code->root_path;
-        code["layers"] = nlohmann::ordered_json::array();
-        for (const auto& l : r.code->layers)
-          code["layers"].push_back({{"path", l[0]}, {"constructor", l[1]}, {"where", l[2]}});
-        code["chain"] = nlohmann::ordered_json::array();
-        for (const auto& [element, where] : r.code->chain(r.graph))
-          code["chain"].push_back({{"element", element}, {"where", where}});
-        p["code"] = code;
-      }
-      j["plan"] = p;
-    } else {
-      j["plan"] = {{"not_planned", plan.error}};
-    }
-    std::printf("%s\n", j.dump(1, ' ', false, nlohmann::ordered_json::error_handler_t::replace).c_str());
+    std::printf("%s\n", checkpoint_json(path, input, modules, chain, plan).c_str());
     return 0;
   }
   std::printf("%s: %s, %llu bytes%s, sha256 %s\n", path.c_str(), escaped(c.form).c_str(),
@@ -474,21 +444,89 @@ int inspect_checkpoint(const InspectOptions& o) {
   return 0;
 }
 
+// A ferry model file (its FlatBuffers identifier), not a checkpoint.
+bool is_model_file(const std::string& path) {
+  if (is_directory(path)) return false;  // a directory is a distributed checkpoint
+  MappedFile f(path);
+  return f.size() >= 8 && std::memcmp(f.data() + 4, ferry::fb::ModelIdentifier(), 4) == 0;
+}
+
 int run_inspect(const InspectOptions& o) {
   const std::string& path = o.file;
   const bool json = o.json;
-  bool is_model = false;
-  if (!is_directory(path)) {  // a directory is a distributed checkpoint
-    MappedFile f(path);
-    is_model = f.size() >= 8 && std::memcmp(f.data() + 4, ferry::fb::ModelIdentifier(), 4) == 0;
-  }
-  if (is_model) return json ? inspect_model_json(path) : inspect_model(path);
+  if (is_model_file(path)) return json ? inspect_model_json(path) : inspect_model(path);
   return inspect_checkpoint(o);
 }
 
 }  // namespace
 
-Action declare_inspect(CLI::App& app) {
+std::string model_json(const ferry_model* model, const uint8_t* bytes, size_t size, const std::string& file) {
+  using nlohmann::ordered_json;
+  const auto* m = ferry::fb::GetModel(bytes);
+  ferry_model_info info{};
+  info.struct_size = sizeof info;
+  if (ferry_model_get_info(model, &info) != FERRY_OK) throw Error(std::string("model info: ") + ferry_last_error());
+  ordered_json j;
+  j["file"] = file;
+  j["format"] = std::to_string(m->format_major()) + "." + std::to_string(m->format_minor());
+  j["bytes"] = size;
+  j["input_size"] = m->input_size();
+  j["output_size"] = m->output_size();
+  j["layout"] = m->channels_first() ? "bft" : m->batch_first() ? "btf" : "tbf";
+  j["output_is_sequence"] = m->output_is_sequence();
+  j["output_layout"] = m->output_is_sequence() ? ordered_json(layout_code(info.output_layout)) : ordered_json(nullptr);
+  j["layers"] = ordered_json::array();
+  for (uint32_t i = 0; i < m->layers()->size(); ++i) {
+    const auto* l = m->layers()->Get(i);
+    ordered_json e;
+    e["kind"] = ferry::fb::EnumNameLayerKind(l->kind());
+    e["name"] = file_text(l->name(), "");
+    e["in"] = l->input_size();
+    e["out"] = l->output_size();
+    e["dtype"] = layer_dtype(m, l);
+    if (l->hidden_size()) {
+      e["hidden"] = l->hidden_size();
+      e["num_layers"] = l->num_layers();
+      e["bidirectional"] = l->bidirectional();
+      e["proj"] = l->proj_size();
+    }
+    j["layers"].push_back(e);
+  }
+  const std::vector<BackendVerdict> verdicts = backends_for(model);
+  j["backends"] = ordered_json::array();
+  j["backend_detail"] = ordered_json::array();
+  for (const BackendVerdict& v : verdicts) {
+    if (v.runs) j["backends"].push_back(v.name);
+    j["backend_detail"].push_back({{"name", v.name}, {"runs", v.runs}, {"note", v.note}, {"reason", v.reason}});
+  }
+  j["assumptions"] = ordered_json::array();
+  for (const Assumption& a : stored_assumptions(m)) {
+    j["assumptions"].push_back({{"layer", a.layer}, {"parameter", a.parameter}, {"value", a.value}, {"override", a.override}});
+  }
+  // (Added after the keys above: scripts that read those are unaffected.)
+  j["input_is_tokens"] = info.input_is_tokens != 0;
+  j["has_time_axis"] = info.has_time_axis != 0;
+  j["streamable"] = info.streamable != 0;
+  j["min_seq"] = info.min_seq;
+  j["state_floats"] = info.state_floats;
+  j["arena_bytes_stream_b1"] = m->arena_bytes_stream_b1();
+  j["selftest"] = m->selftest() != nullptr;
+  if (const auto* p = m->provenance()) {
+    j["provenance"] = {{"source_file", file_text(p->source_file(), "")},
+                       {"source_format", file_text(p->source_format(), "")},
+                       {"source_sha256", file_text(p->source_sha256(), "")},
+                       {"converter_version", file_text(p->converter_version(), "")}};
+  } else {
+    j["provenance"] = nullptr;
+  }
+  return j.dump(-1, ' ', false, ordered_json::error_handler_t::replace);
+}
+
+namespace {
+
+// inspect's positionals and options, declared once: on the CLI's
+// subcommand and on the App inspect_json() parses with.
+std::shared_ptr<InspectOptions> declare_inspect_options(CLI::App& app) {
   auto o = std::make_shared<InspectOptions>();
   app.footer(
       "A checkpoint: its form, every tensor (dtype, shape, location, bytes, storage), the hyper-parameters it\n"
@@ -515,7 +553,37 @@ Action declare_inspect(CLI::App& app) {
                                         "A checkpoint: plan with this layout of a sequence output")
                              ->check(CLI::IsMember({"btf", "tbf", "bft"}))
                              ->type_name("btf|tbf|bft");
+  return o;
+}
+
+}  // namespace
+
+Action declare_inspect(CLI::App& app) {
+  std::shared_ptr<InspectOptions> o = declare_inspect_options(app);
   return [o] { return run_inspect(*o); };
+}
+
+std::string inspect_json(const std::vector<std::string>& args) {
+  CLI::App app("", "inspect");
+  std::shared_ptr<InspectOptions> o = declare_inspect_options(app);
+  std::vector<std::string> words(args.rbegin(), args.rend());  // CLI11 takes them last first
+  try {
+    app.parse(words);
+  } catch (const CLI::Error& e) {
+    throw UsageError(e.what());
+  }
+  if (!app.remaining().empty()) throw UsageError("unexpected argument '" + app.remaining().front() + "'");
+  o->json = true;
+  if (is_model_file(o->file)) {
+    LoadedModel lm(o->file);
+    return model_json(lm.model, lm.file.data(), lm.file.size(), o->file);
+  }
+  LoadOptions load;
+  load.key = o->key;
+  const CheckpointInput input = open_checkpoint(o->file, load);
+  const ModuleSet modules = group_modules(input.checkpoint);
+  const RecordedChainText chain = recorded_chain_text(input.checkpoint, modules);
+  return checkpoint_json(o->file, input, modules, chain, plan_checkpoint(*o));
 }
 
 }  // namespace ferry::cli
