@@ -130,7 +130,7 @@ IntIn int_array(nb::handle x, const char* what) {
   const std::string kind = nb::cast<std::string>(arr.attr("dtype").attr("kind"));
   if (kind != "i" && kind != "u") {
     raise(g_exc.input, std::string(what) + ": expected integers, got an array of " +
-                           nb::cast<std::string>(nb::str(arr.attr("dtype"))));
+                           nb::cast<std::string>(arr.attr("dtype").attr("name")));
   }
   if (nb::cast<size_t>(arr.attr("size")) > 0) {
     const long long lo = nb::cast<long long>(arr.attr("min")()), hi = nb::cast<long long>(arr.attr("max")());
@@ -512,7 +512,9 @@ class Session {
   }
 
   // The packed state of the session's batch (ferry_state_get's layout).
-  NumpyFloat state_vector() {
+  nb::object state_vector() { return nb::cast(state_flat()); }
+
+  NumpyFloat state_flat() {
     Use use(*this);
     NumpyFloat a = new_array({batch_ * d_->info.state_floats});
     check(ferry_state_get(s_, batch_, a.data(), a.size()), "state");
@@ -531,7 +533,7 @@ class Session {
   }
 
   nb::dict state() {
-    NumpyFloat flat = state_vector();
+    NumpyFloat flat = state_flat();
     nb::dict out;
     for (const StatePart& p : parts_) {
       NumpyFloat a = new_array(p.shape);
@@ -544,10 +546,10 @@ class Session {
   }
 
   void set_state(nb::handle values) {
-    if (!PyMapping_Check(values.ptr()) || PyUnicode_Check(values.ptr())) {
+    if (!nb::hasattr(values, "items")) {
       raise(g_exc.input, "state: expected a dict of arrays by name (" + part_names() + "), got " + kind_of(values));
     }
-    NumpyFloat flat = state_vector();
+    NumpyFloat flat = state_flat();
     nb::object items = nb::steal(PyMapping_Items(values.ptr()));
     if (!items.is_valid()) throw nb::python_error();
     for (nb::handle item : items) {
@@ -918,22 +920,22 @@ NB_MODULE(_ferry, m) {
   nb::class_<Session>(m, "Session",
                       "A model ready to run: its arena (exactly sized, owned here), the recurrent state, a backend. "
                       "Made by Model.session(). One thread at a time; the GIL is released while it computes.")
-      .def("run", &Session::run, "x"_a, "lengths"_a = nb::none(), "out"_a = nb::none(),
+      .def("run", &Session::run, "x"_a.none(), "lengths"_a = nb::none(), "out"_a = nb::none(),
            nb::sig("def run(self, x: numpy.typing.ArrayLike, lengths: numpy.typing.ArrayLike | None = None, "
                    "out: numpy.ndarray | None = None) -> numpy.ndarray"),
            "Runs a whole sequence in the model's layout (Model.layout) from the session's state, leaving the final "
            "state there (reset() between independent sequences). x is float32 (a contiguous float32 array is read "
            "in place; anything else is converted once). lengths: each sample's valid steps. out: a float32 array "
            "of the output's shape to write into. Returns the output in Model.output_layout.")
-      .def("run_tokens", &Session::run_tokens, "ids"_a, "lengths"_a = nb::none(), "out"_a = nb::none(),
+      .def("run_tokens", &Session::run_tokens, "ids"_a.none(), "lengths"_a = nb::none(), "out"_a = nb::none(),
            nb::sig("def run_tokens(self, ids: numpy.typing.ArrayLike, lengths: numpy.typing.ArrayLike | None = None, "
                    "out: numpy.ndarray | None = None) -> numpy.ndarray"),
            "run() for a model taking token ids ([T,B] or [B,T] integers).")
-      .def("step", &Session::step, "x"_a, "out"_a = nb::none(),
+      .def("step", &Session::step, "x"_a.none(), "out"_a = nb::none(),
            nb::sig("def step(self, x: numpy.typing.ArrayLike, out: numpy.ndarray | None = None) -> numpy.ndarray"),
            "One time step: x is [B, F] (or [F] for one sample), the state carried from the last call. Returns "
            "[B, output_size] (or [output_size]). T steps give exactly run()'s output.")
-      .def("step_tokens", &Session::step_tokens, "ids"_a, "out"_a = nb::none(),
+      .def("step_tokens", &Session::step_tokens, "ids"_a.none(), "out"_a = nb::none(),
            nb::sig("def step_tokens(self, ids: numpy.typing.ArrayLike, out: numpy.ndarray | None = None) -> numpy.ndarray"),
            "step() for a model taking token ids: [B] ids, or one.")
       .def_prop_rw("state", &Session::state, [](Session& s, nb::handle v) { s.set_state(v); },
