@@ -19,6 +19,10 @@ for group in ${FERRY_DEPS:-}; do
     # libblas3/liblapack3: the reference BLAS the fixture scripts pin (fixture_env.py).
     fixtures) packages+=(python3-torch python3-statsmodels python3-sklearn libblas3 liblapack3) ;;
     bench) packages+=(libtorch-dev libopenblas-dev python3-torch) ;;
+    # The Python package's build and tests (scripts/test-python.sh): Debian's
+    # python3 with its headers and venv, numpy and pytest, and torch for
+    # ferry.check against real modules.
+    python) packages+=(python3-dev python3-venv python3-numpy python3-pytest python3-torch) ;;
     # libFuzzer + ASan/UBSan runtimes for tests/fuzz/run.sh.
     fuzz) packages+=(clang-14 libclang-rt-14-dev) ;;
     cross)

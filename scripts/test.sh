@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The tests, on a fresh machine: install the Debian packages, build
-# everything (runtime, converter, CLI, tests) and run the whole suite.
+# everything (runtime, converter, CLI, tests) and run the whole suite, then
+# the Python package's (scripts/test-python.sh).
 #
 # The CUDA backend is built whenever nvcc is found (on PATH or in
 # /usr/local/cuda/bin), so that it never rots; without a GPU its tests skip
@@ -18,3 +19,5 @@ echo "scripts/test.sh: FERRY_CUDA=$cuda${nvcc_path:+ ($nvcc_path)}"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release "${cuda_args[@]}" >/dev/null
 cmake --build build -j2
 ctest --test-dir build --output-on-failure -j2
+# The Python package: built from the tree by pip, its pytest suite.
+scripts/test-python.sh
