@@ -100,7 +100,7 @@ std::string convert_report_json(const conv::ConvertReport& r) {
     ordered_json c;
     c["class"] = r.code->class_name;
     c["where"] = r.code->class_where;
-    c["root"] = r.code->root_path;
+    c["under"] = r.code->root_path;
     c["text"] = r.code->class_text();
     c["layers"] = ordered_json::array();
     for (const auto& l : r.code->layers)

@@ -765,17 +765,15 @@ void converter_call(F&& body) {
   if (kind == 2) throw std::bad_alloc();
 }
 
-nb::tuple convert(const std::vector<std::string>& args, bool in_memory) {
+// `ferry convert ARGS` (IN OUT and options, parsed by its own declaration):
+// the report as JSON; the file is at OUT.
+std::string convert(const std::vector<std::string>& args) {
   ferry::cli::ConvertCall call;
   converter_call([&] { call = ferry::cli::parse_convert(args); });
-  if (in_memory) call.request.output.clear();
   if (call.verbose) call.request.stage = [](const std::string& what) { std::fprintf(stderr, "ferry: %s\n", what.c_str()); };
   ferry::conv::ConvertResult result;
   converter_call([&] { result = ferry::conv::convert(call.request); });
-  const std::string report = ferry::cli::convert_report_json(result.report);
-  nb::object bytes = nb::none();
-  if (in_memory) bytes = nb::bytes(reinterpret_cast<const char*>(result.bytes.data()), result.bytes.size());
-  return nb::make_tuple(nb::str(report.c_str(), report.size()), bytes);
+  return ferry::cli::convert_report_json(result.report);
 }
 
 std::string inspect_json(const std::vector<std::string>& args) {
@@ -965,7 +963,7 @@ NB_MODULE(_ferry, m) {
       .def_prop_ro("backend", &Session::backend)
       .def("__repr__", &Session::repr);
 
-  m.def("_convert", &convert, "args"_a, "in_memory"_a);
+  m.def("_convert", &convert, "args"_a);
   m.def("_inspect_json", &inspect_json, "args"_a);
   m.def("_command_options", &command_options, "command"_a);
   m.def("_cli_main", &cli_main, "args"_a);

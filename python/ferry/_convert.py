@@ -156,7 +156,7 @@ def convert(src, dst=None, **options):
     with tempfile.TemporaryDirectory(prefix="ferry-") as tmp:
         words = _words("convert", _CONVERT, _arrays_to_files(options, tmp))
         out = os.fspath(dst) if dst is not None else os.path.join(tmp, "model.fb")
-        data, _ = _ferry._convert([_positional(src), _positional(out)] + words, False)
+        data = _ferry._convert([_positional(src), _positional(out)] + words)
         with open(out, "rb") as f:
             model = f.read()
     report = ConvertReport(json.loads(data), os.fspath(dst) if dst is not None else None, model,
