@@ -17,6 +17,7 @@
 #include <nanobind/stl/vector.h>
 
 #include <atomic>
+#include <type_traits>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -92,18 +93,79 @@ nb::handle numpy() {
   return np;
 }
 
-using FloatIn = nb::ndarray<const float, nb::c_contig, nb::device::cpu>;
-using IntIn = nb::ndarray<const int32_t, nb::c_contig, nb::device::cpu>;
-using FloatOut = nb::ndarray<float, nb::c_contig, nb::device::cpu>;
 using NumpyFloat = nb::ndarray<nb::numpy, float>;
 
 std::string kind_of(nb::handle x) { return nb::cast<std::string>(nb::type_name(x.type())); }
+
+// A C-contiguous array of 4-byte elements (float32 or int32) read in place
+// through the buffer protocol: a few tens of nanoseconds, which is what a
+// small step costs in C. It holds the buffer (and a converted copy, where
+// one was made) until it goes.
+template <typename T>
+class View {
+ public:
+  View() = default;
+  View(View&& o) noexcept : v_(o.v_), held_(o.held_), owner_(std::move(o.owner_)) { o.held_ = false; }
+  View& operator=(View&& o) noexcept {
+    if (this != &o) {
+      release();
+      v_ = o.v_;
+      held_ = o.held_;
+      owner_ = std::move(o.owner_);
+      o.held_ = false;
+    }
+    return *this;
+  }
+  View(const View&) = delete;
+  View& operator=(const View&) = delete;
+  ~View() { release(); }
+
+  // `o` as it is, when it is a C-contiguous buffer of T (float32: format
+  // 'f'; int32: 'i'), writable where asked. False, with no error set,
+  // otherwise.
+  bool acquire(nb::handle o, bool writable, nb::object owner = nb::object()) {
+    release();
+    if (!PyObject_CheckBuffer(o.ptr())) return false;
+    if (PyObject_GetBuffer(o.ptr(), &v_, PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0)) != 0) {
+      PyErr_Clear();
+      return false;
+    }
+    held_ = true;
+    const char* f = v_.format ? v_.format : "B";
+    if (*f == '<' || *f == '=' || *f == '@') ++f;
+    const char want = std::is_same_v<std::remove_const_t<T>, float> ? 'f' : 'i';
+    if (v_.itemsize != 4 || f[0] != want || f[1] != '\0') {
+      release();
+      return false;
+    }
+    owner_ = std::move(owner);
+    return true;
+  }
+
+  T* data() const { return static_cast<T*>(v_.buf); }
+  size_t ndim() const { return static_cast<size_t>(v_.ndim); }
+  size_t shape(size_t i) const { return static_cast<size_t>(v_.shape[i]); }
+  size_t size() const { return static_cast<size_t>(v_.len) / 4; }
+
+ private:
+  void release() {
+    if (held_) PyBuffer_Release(&v_);
+    held_ = false;
+  }
+  Py_buffer v_{};
+  bool held_ = false;
+  nb::object owner_;
+};
+
+using FloatIn = View<const float>;
+using IntIn = View<const int32_t>;
+using FloatOut = View<float>;
 
 // `x` as a C-contiguous float32 array: as it is when it already is one (no
 // copy), else converted once by numpy (float64, a slice, a list).
 FloatIn float_array(nb::handle x, const char* what) {
   FloatIn a;
-  if (nb::try_cast(x, a, false)) return a;
+  if (a.acquire(x, false)) return a;
   nb::object converted;
   try {
     converted = numpy().attr("ascontiguousarray")(x, "dtype"_a = "float32");
@@ -111,7 +173,7 @@ FloatIn float_array(nb::handle x, const char* what) {
     raise(g_exc.input, std::string(what) + ": expected float32 numbers (an array or what numpy converts to one), got " +
                            kind_of(x) + " (" + e.what() + ")");
   }
-  if (!nb::try_cast(converted, a, false)) raise(g_exc.input, std::string(what) + ": could not be read as float32");
+  if (!a.acquire(converted, false, converted)) raise(g_exc.input, std::string(what) + ": could not be read as float32");
   return a;
 }
 
@@ -120,7 +182,7 @@ FloatIn float_array(nb::handle x, const char* what) {
 // rounded or wrapped).
 IntIn int_array(nb::handle x, const char* what) {
   IntIn a;
-  if (nb::try_cast(x, a, false)) return a;
+  if (a.acquire(x, false)) return a;
   nb::object arr;
   try {
     arr = numpy().attr("asarray")(x);
@@ -138,7 +200,7 @@ IntIn int_array(nb::handle x, const char* what) {
       raise(g_exc.input, std::string(what) + ": " + std::to_string(lo < INT32_MIN ? lo : hi) + " is outside int32");
   }
   nb::object converted = numpy().attr("ascontiguousarray")(arr, "dtype"_a = "int32");
-  if (!nb::try_cast(converted, a, false)) raise(g_exc.input, std::string(what) + ": could not be read as int32");
+  if (!a.acquire(converted, false, converted)) raise(g_exc.input, std::string(what) + ": could not be read as int32");
   return a;
 }
 
@@ -155,7 +217,25 @@ std::vector<size_t> shape_of(const A& a) {
   return s;
 }
 
-// A new float32 numpy array of `shape`, owning its memory.
+// A new float32 numpy array of `shape`: numpy.empty, called through the
+// vectorcall protocol with its arguments made here (a third of what a
+// Python-level call costs).
+nb::object new_numpy(const size_t* shape, size_t ndim) {
+  static PyObject* empty = nb::object(numpy().attr("empty")).release().ptr();
+  static PyObject* float32 = numpy().attr("dtype")("float32").release().ptr();
+  nb::object dims = nb::steal(PyTuple_New(static_cast<Py_ssize_t>(ndim)));
+  if (!dims.is_valid()) throw nb::python_error();
+  for (size_t i = 0; i < ndim; ++i) {
+    PyObject* d = PyLong_FromSize_t(shape[i]);
+    if (!d) throw nb::python_error();
+    PyTuple_SET_ITEM(dims.ptr(), static_cast<Py_ssize_t>(i), d);
+  }
+  PyObject* args[2] = {dims.ptr(), float32};
+  nb::object a = nb::steal(PyObject_Vectorcall(empty, args, 2, nullptr));
+  if (!a.is_valid()) throw nb::python_error();
+  return a;
+}
+
 NumpyFloat new_array(const std::vector<size_t>& shape) {
   size_t n = 1;
   for (size_t d : shape) n *= d;
@@ -164,23 +244,23 @@ NumpyFloat new_array(const std::vector<size_t>& shape) {
   return NumpyFloat(data, shape.size(), shape.data(), owner);
 }
 
-// The output: `out` when given (checked: float32, C-contiguous, this shape),
-// else a new array.
-nb::object output_for(nb::handle out, const std::vector<size_t>& shape, float** data) {
+// The output: `out` when given (checked: float32, C-contiguous, this shape,
+// writable; held in `hold` for the call), else a new array.
+nb::object output_for(nb::handle out, const std::vector<size_t>& shape, float** data, FloatOut* hold) {
   if (out.is_none()) {
-    NumpyFloat a = new_array(shape);
-    *data = a.data();
-    return nb::cast(a);
+    nb::object a = new_numpy(shape.data(), shape.size());
+    if (!hold->acquire(a, true)) raise(g_exc.error, "internal: numpy.empty gave no float32 buffer");
+    *data = hold->data();
+    return a;
   }
-  FloatOut o;
-  if (!nb::try_cast(out, o, false)) {
+  if (!hold->acquire(out, true)) {
     raise(g_exc.input, "out: expected a writable C-contiguous float32 numpy array of shape " + shape_text(shape) +
                            ", got " + kind_of(out));
   }
-  if (shape_of(o) != shape) {
-    raise(g_exc.input, "out: expected shape " + shape_text(shape) + ", got " + shape_text(shape_of(o)));
+  if (shape_of(*hold) != shape) {
+    raise(g_exc.input, "out: expected shape " + shape_text(shape) + ", got " + shape_text(shape_of(*hold)));
   }
-  *data = o.data();
+  *data = hold->data();
   return nb::borrow(out);
 }
 
@@ -479,7 +559,8 @@ class Session {
     }
     const size_t b = single ? 1 : a.shape(0);
     float* y = nullptr;
-    nb::object result = output_for(out, single ? std::vector<size_t>{i.output_size} : std::vector<size_t>{b, i.output_size}, &y);
+    FloatOut hold;
+    nb::object result = output_for(out, single ? std::vector<size_t>{i.output_size} : std::vector<size_t>{b, i.output_size}, &y, &hold);
     ferry_status st;
     {
       nb::gil_scoped_release release;
@@ -501,7 +582,8 @@ class Session {
     }
     const size_t b = single ? 1 : a.shape(0);
     float* y = nullptr;
-    nb::object result = output_for(out, single ? std::vector<size_t>{i.output_size} : std::vector<size_t>{b, i.output_size}, &y);
+    FloatOut hold;
+    nb::object result = output_for(out, single ? std::vector<size_t>{i.output_size} : std::vector<size_t>{b, i.output_size}, &y, &hold);
     ferry_status st;
     {
       nb::gil_scoped_release release;
@@ -701,7 +783,8 @@ class Session {
                            : std::vector<size_t>{b, i.output_size, steps};
     }
     float* y = nullptr;
-    nb::object result = output_for(out, shape, &y);
+    FloatOut hold;
+    nb::object result = output_for(out, shape, &y, &hold);
     ferry_status st;
     {
       nb::gil_scoped_release release;
