@@ -218,7 +218,12 @@ def test_help_and_stubs_come_from_the_bindings():
     assert "step(self, x: numpy.typing.ArrayLike" in text and "state" in text
     stub = os.path.join(os.path.dirname(ferry.__file__), "_ferry.pyi")
     assert os.path.exists(stub), "the build writes _ferry.pyi beside the module"
-    assert "def step(self, x: numpy.typing.ArrayLike" in open(stub).read()
+    text = open(stub).read()
+    assert "def step(self, x: numpy.typing.ArrayLike" in text
+    assert "class InputError(Error, ValueError)" in text  # the exceptions too (python/stubs.pat)
+    import ast
+
+    ast.parse(text)
 
 
 def test_convert_takes_exactly_the_clis_options():
