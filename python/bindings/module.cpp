@@ -19,6 +19,7 @@
 #include <atomic>
 #include <type_traits>
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -882,13 +883,26 @@ nb::list command_options(const std::string& command) {
   return out;
 }
 
+// The CLI in this process (`python -m ferry`): its signal handling while it
+// runs (the first SIGINT cancels the file writers, then the process dies of
+// it, as the command does), Python's handlers back afterwards.
 int cli_main(const std::vector<std::string>& args) {
   std::vector<std::string> words = args;
   std::vector<char*> argv;
   for (std::string& w : words) argv.push_back(w.data());
   argv.push_back(nullptr);
-  nb::gil_scoped_release release;
-  return ferry::cli::run_cli(static_cast<int>(words.size()), argv.data());
+  const int signals[] = {SIGINT, SIGTERM, SIGHUP, SIGXFSZ};
+  struct sigaction saved[4];
+  for (int i = 0; i < 4; ++i) sigaction(signals[i], nullptr, &saved[i]);
+  int status;
+  {
+    nb::gil_scoped_release release;
+    status = ferry::cli::run_cli(static_cast<int>(words.size()), argv.data());
+  }
+  for (int i = 0; i < 4; ++i) sigaction(signals[i], &saved[i], nullptr);
+  std::fflush(stdout);
+  std::fflush(stderr);
+  return status;
 }
 
 }  // namespace

@@ -279,3 +279,14 @@ def test_python_dash_m_ferry_is_the_cli():
     assert r.returncode == 1 and r.stderr.startswith("ferry: error:")
     r = subprocess.run([sys.executable, "-m", "ferry", "frobnicate"], capture_output=True, text=True)
     assert r.returncode == 2
+
+
+def test_the_cli_in_process_gives_back_pythons_signal_handlers(capfd):
+    import signal
+
+    from ferry.__main__ import main
+
+    assert main(["--version"]) == 0
+    assert capfd.readouterr().out.startswith("ferry ")
+    with pytest.raises(KeyboardInterrupt):
+        signal.raise_signal(signal.SIGINT)  # Python's handler again, not the CLI's
