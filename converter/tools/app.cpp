@@ -149,6 +149,16 @@ const CLI::App* Cli::command(const std::string& name) const {
 
 namespace ferry::cli {
 
+void parse_words(CLI::App& app, const std::vector<std::string>& args) {
+  std::vector<std::string> words(args.rbegin(), args.rend());  // CLI11 takes them last first
+  try {
+    app.parse(words);
+  } catch (const CLI::Error& e) {
+    throw UsageError(e.what());
+  }
+  if (!app.remaining().empty()) throw UsageError("unexpected argument '" + app.remaining().front() + "'");
+}
+
 std::vector<OptionInfo> command_options(const std::string& name) {
   const Cli cli;
   const CLI::App* sub = cli.command(name);

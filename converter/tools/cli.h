@@ -73,6 +73,11 @@ class Cli {
   CLI::App* help_ = nullptr;
 };
 
+// Parses a command's words (after its name; not reversed) with `app`, the
+// App its options are declared on: a parse error, or a word it could not
+// place, is a UsageError with the parser's message.
+void parse_words(CLI::App& app, const std::vector<std::string>& args);
+
 // The text of `ferry --version`: the tool's version, the model format it
 // writes and the ones it reads, and the checkpoint forms it reads.
 std::string version_text();

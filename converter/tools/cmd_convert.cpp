@@ -343,13 +343,7 @@ Action declare_convert(CLI::App& app) {
 ConvertCall parse_convert(const std::vector<std::string>& args) {
   CLI::App app("", "convert");
   std::shared_ptr<ConvertOptions> o = declare_convert_options(app);
-  std::vector<std::string> words(args.rbegin(), args.rend());  // CLI11 takes them last first
-  try {
-    app.parse(words);
-  } catch (const CLI::Error& e) {
-    throw UsageError(e.what());
-  }
-  if (!app.remaining().empty()) throw UsageError("unexpected argument '" + app.remaining().front() + "'");
+  parse_words(app, args);
   return convert_call(*o);
 }
 

@@ -566,13 +566,7 @@ Action declare_inspect(CLI::App& app) {
 std::string inspect_json(const std::vector<std::string>& args) {
   CLI::App app("", "inspect");
   std::shared_ptr<InspectOptions> o = declare_inspect_options(app);
-  std::vector<std::string> words(args.rbegin(), args.rend());  // CLI11 takes them last first
-  try {
-    app.parse(words);
-  } catch (const CLI::Error& e) {
-    throw UsageError(e.what());
-  }
-  if (!app.remaining().empty()) throw UsageError("unexpected argument '" + app.remaining().front() + "'");
+  parse_words(app, args);
   o->json = true;
   if (is_model_file(o->file)) {
     LoadedModel lm(o->file);

@@ -559,16 +559,7 @@ class Session {
                              shape_text(shape_of(a)));
     }
     const size_t b = single ? 1 : a.shape(0);
-    float* y = nullptr;
-    FloatOut hold;
-    nb::object result = output_for(out, single ? std::vector<size_t>{i.output_size} : std::vector<size_t>{b, i.output_size}, &y, &hold);
-    ferry_status st;
-    {
-      nb::gil_scoped_release release;
-      st = ferry_step(s_, a.data(), b, y, b * i.output_size);
-    }
-    check(st, "step");
-    return result;
+    return step_into(b, single, out, [&](float* y, size_t n) { return ferry_step(s_, a.data(), b, y, n); });
   }
 
   nb::object step_tokens(nb::handle ids, nb::handle out) {
@@ -582,16 +573,7 @@ class Session {
                              ") or one id, got shape " + shape_text(shape_of(a)));
     }
     const size_t b = single ? 1 : a.shape(0);
-    float* y = nullptr;
-    FloatOut hold;
-    nb::object result = output_for(out, single ? std::vector<size_t>{i.output_size} : std::vector<size_t>{b, i.output_size}, &y, &hold);
-    ferry_status st;
-    {
-      nb::gil_scoped_release release;
-      st = ferry_step_tokens(s_, a.data(), b, y, b * i.output_size);
-    }
-    check(st, "step");
-    return result;
+    return step_into(b, single, out, [&](float* y, size_t n) { return ferry_step_tokens(s_, a.data(), b, y, n); });
   }
 
   // The packed state of the session's batch (ferry_state_get's layout).
@@ -706,6 +688,23 @@ class Session {
   }
 
  private:
+  // One step's output ([b, output_size], or [output_size] for a lone
+  // sample), filled by `call(y, floats)` without the GIL.
+  template <typename Call>
+  nb::object step_into(size_t b, bool single, nb::handle out, Call&& call) {
+    const size_t o = d_->info.output_size;
+    float* y = nullptr;
+    FloatOut hold;
+    nb::object result = output_for(out, single ? std::vector<size_t>{o} : std::vector<size_t>{b, o}, &y, &hold);
+    ferry_status st;
+    {
+      nb::gil_scoped_release release;
+      st = call(y, b * o);
+    }
+    check(st, "step");
+    return result;
+  }
+
   // [T,B,F] / [B,T,F] / [B,F,T] (or [B,F] without a time axis; token ids
   // [T,B] / [B,T] / [B]): the batch and the steps, checked against the
   // session.
