@@ -149,6 +149,20 @@ const CLI::App* Cli::command(const std::string& name) const {
 
 namespace ferry::cli {
 
+conv::Layout layout_named(const std::string& name) {
+  return name == "btf" ? conv::Layout::kBatchFirst : name == "tbf" ? conv::Layout::kTimeMajor : conv::Layout::kChannelsFirst;
+}
+
+const char* layout_code(conv::Layout l) {
+  return l == conv::Layout::kBatchFirst ? "btf" : l == conv::Layout::kTimeMajor ? "tbf" : "bft";
+}
+
+std::string input_layout_code(const conv::ConvertReport& r) {
+  if (r.channels_first) return "bft";
+  if (r.input_is_tokens) return r.batch_first ? "bt" : "tb";
+  return r.batch_first ? "btf" : "tbf";
+}
+
 void parse_words(CLI::App& app, const std::vector<std::string>& args) {
   std::vector<std::string> words(args.rbegin(), args.rend());  // CLI11 takes them last first
   try {

@@ -16,6 +16,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "convert.h"
 #include "error.h"
 
 namespace ferry::cli {
@@ -72,6 +73,12 @@ class Cli {
   std::string help_topic_;
   CLI::App* help_ = nullptr;
 };
+
+// The layouts as the options spell them: "btf", "tbf", "bft" (and the
+// input's "bt" / "tb" for token ids).
+conv::Layout layout_named(const std::string& name);
+const char* layout_code(conv::Layout layout);
+std::string input_layout_code(const conv::ConvertReport& r);
 
 // Parses a command's words (after its name; not reversed) with `app`, the
 // App its options are declared on: a parse error, or a word it could not

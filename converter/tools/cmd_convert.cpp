@@ -182,10 +182,6 @@ void print_quantization(const ConvertReport& r) {
 
 namespace {
 
-conv::Layout layout_named(const std::string& name) {
-  return name == "btf" ? conv::Layout::kBatchFirst : name == "tbf" ? conv::Layout::kTimeMajor : conv::Layout::kChannelsFirst;
-}
-
 struct ConvertOptions {
   std::string input, output, graph, layout, output_layout, key, quantize = "f32", calibration, c_array, rounding;
   std::vector<std::string> code;
@@ -227,9 +223,7 @@ ConvertCall convert_call(const ConvertOptions& o) {
   request.key = o.key;
   if (o.c_array_opt->count()) request.c_array = o.c_array;
   if (o.selftest) request.selftest = conv::SelfTestPolicy::Always;
-  call.quiet = o.quiet;
   call.verbose = o.verbose;
-  call.stats = o.stats;
   return call;
 }
 

@@ -21,6 +21,7 @@
 #include "commands.h"
 #include "convert.h"
 #include "library.h"
+#include "report_json.h"
 #include "ferry/ferry_generated.h"
 #include "io/mapped_file.h"
 #include "io/sha256.h"
@@ -112,7 +113,7 @@ int output_layout(const ferry_model* model) {
   if (ferry_model_get_info(model, &info) != FERRY_OK) throw Error(std::string("model info: ") + ferry_last_error());
   return info.output_layout;
 }
-const char* layout_code(int layout) {
+const char* runtime_layout_code(int layout) {  // a ferry_layout
   return layout == FERRY_LAYOUT_CHANNELS_FIRST ? "bft" : layout == FERRY_LAYOUT_BATCH_FIRST ? "btf" : "tbf";
 }
 const char* layout_text(int layout) {
@@ -128,13 +129,6 @@ nlohmann::ordered_json layer_dtype(const ferry::fb::Model* m, const ferry::fb::L
   if (index < 0 && l->cells() && l->cells()->size()) index = l->cells()->Get(0)->w_ih();
   if (index < 0 || !m->tensors() || static_cast<uint32_t>(index) >= m->tensors()->size()) return nullptr;
   return ferry::fb::EnumNameDType(m->tensors()->Get(static_cast<uint32_t>(index))->dtype());
-}
-
-// `inspect --json` of a .fb model: the summary a script needs, one object.
-int inspect_model_json(const std::string& path) {
-  LoadedModel lm(path);
-  std::printf("%s\n", model_json(lm.model, lm.file.data(), lm.file.size(), path).c_str());
-  return 0;
 }
 
 int inspect_model(const std::string& path) {
@@ -254,14 +248,6 @@ struct InspectOptions {
   CLI::Option *graph_opt = nullptr, *layout_opt = nullptr, *output_layout_opt = nullptr;
 };
 
-Layout layout_named(const std::string& name) {
-  return name == "btf" ? Layout::kBatchFirst : name == "tbf" ? Layout::kTimeMajor : Layout::kChannelsFirst;
-}
-
-const char* layout_code(Layout l) {
-  return l == Layout::kBatchFirst ? "btf" : l == Layout::kTimeMajor ? "tbf" : "bft";
-}
-
 // What `ferry convert` would make of the checkpoint with the same options:
 // the chain, both layouts, the layers and every hyper-parameter it would
 // assume. Planned only: nothing is written. `error` says why it cannot be.
@@ -289,16 +275,16 @@ PlanView plan_checkpoint(const InspectOptions& o) {
   return v;
 }
 
-std::string input_layout_code(const ConvertReport& r) {
-  if (r.channels_first) return "bft";
-  if (r.input_is_tokens) return r.batch_first ? "bt" : "tb";
-  return r.batch_first ? "btf" : "tbf";
-}
-
-// `inspect --json` of a checkpoint, opened and planned.
-std::string checkpoint_json(const std::string& path, const CheckpointInput& input, const ModuleSet& modules,
-                            const RecordedChainText& chain, const PlanView& plan) {
+// `inspect --json` of a checkpoint: opened and planned.
+std::string checkpoint_json(const InspectOptions& o) {
+  const std::string& path = o.file;
+  LoadOptions load;
+  load.key = o.key;
+  const CheckpointInput input = open_checkpoint(path, load);
   const Checkpoint& c = input.checkpoint;
+  const ModuleSet modules = group_modules(c);
+  const RecordedChainText chain = recorded_chain_text(c, modules);
+  const PlanView plan = plan_checkpoint(o);
   nlohmann::ordered_json j;
   j["file"] = path;
   j["kind"] = "checkpoint";
@@ -338,38 +324,7 @@ std::string checkpoint_json(const std::string& path, const CheckpointInput& inpu
   // JSON escapes control characters itself; a byte that is not UTF-8
   // (a name the file holds) becomes U+FFFD rather than an exception.
   if (plan.report) {
-    const ConvertReport& r = *plan.report;
-    nlohmann::ordered_json p;
-    p["graph"] = r.graph;
-    p["graph_inferred"] = r.graph_inferred;
-    p["layout"] = input_layout_code(r);
-    p["layout_source"] = r.batch_first_source;
-    p["output_layout"] = r.output_layout ? nlohmann::ordered_json(layout_code(*r.output_layout)) : nullptr;
-    p["layers"] = nlohmann::ordered_json::array();
-    for (const LayerSummary& l : r.layers) {
-      p["layers"].push_back({{"name", l.name}, {"description", l.description}, {"in", l.input_size},
-                             {"out", l.output_size}});
-    }
-    p["assumptions"] = nlohmann::ordered_json::array();
-    for (const Assumption& a : r.assumptions) {
-      p["assumptions"].push_back(
-          {{"layer", a.layer}, {"parameter", a.parameter}, {"value", a.value}, {"override", a.override}});
-    }
-    p["notes"] = r.notes;
-    if (r.code) {
-      nlohmann::ordered_json code;
-      code["class"] = r.code->class_name;
-      code["where"] = r.code->class_where;
-      code["under"] = r.code->root_path;
-      code["layers"] = nlohmann::ordered_json::array();
-      for (const auto& l : r.code->layers)
-        code["layers"].push_back({{"path", l[0]}, {"constructor", l[1]}, {"where", l[2]}});
-      code["chain"] = nlohmann::ordered_json::array();
-      for (const auto& [element, where] : r.code->chain(r.graph))
-        code["chain"].push_back({{"element", element}, {"where", where}});
-      p["code"] = code;
-    }
-    j["plan"] = p;
+    j["plan"] = plan_json(*plan.report);
   } else {
     j["plan"] = {{"not_planned", plan.error}};
   }
@@ -378,7 +333,6 @@ std::string checkpoint_json(const std::string& path, const CheckpointInput& inpu
 
 int inspect_checkpoint(const InspectOptions& o) {
   const std::string& path = o.file;
-  const bool json = o.json;
   LoadOptions load;
   load.key = o.key;
   const CheckpointInput input = open_checkpoint(path, load);
@@ -386,10 +340,6 @@ int inspect_checkpoint(const InspectOptions& o) {
   const ModuleSet modules = group_modules(c);
   const RecordedChainText chain = recorded_chain_text(c, modules);
   const PlanView plan = plan_checkpoint(o);
-  if (json) {
-    std::printf("%s\n", checkpoint_json(path, input, modules, chain, plan).c_str());
-    return 0;
-  }
   std::printf("%s: %s, %llu bytes%s, sha256 %s\n", path.c_str(), escaped(c.form).c_str(),
               static_cast<unsigned long long>(input.bytes()), input.directory ? " read" : "", input.sha256().c_str());
   if (input.directory) {
@@ -451,11 +401,19 @@ bool is_model_file(const std::string& path) {
   return f.size() >= 8 && std::memcmp(f.data() + 4, ferry::fb::ModelIdentifier(), 4) == 0;
 }
 
+// `inspect --json`: a model file's summary or a checkpoint's.
+std::string json_text(const InspectOptions& o) {
+  if (!is_model_file(o.file)) return checkpoint_json(o);
+  LoadedModel lm(o.file);
+  return model_json(lm.model, lm.file.data(), lm.file.size(), o.file);
+}
+
 int run_inspect(const InspectOptions& o) {
-  const std::string& path = o.file;
-  const bool json = o.json;
-  if (is_model_file(path)) return json ? inspect_model_json(path) : inspect_model(path);
-  return inspect_checkpoint(o);
+  if (o.json) {
+    std::printf("%s\n", json_text(o).c_str());
+    return 0;
+  }
+  return is_model_file(o.file) ? inspect_model(o.file) : inspect_checkpoint(o);
 }
 
 }  // namespace
@@ -474,7 +432,7 @@ std::string model_json(const ferry_model* model, const uint8_t* bytes, size_t si
   j["output_size"] = m->output_size();
   j["layout"] = m->channels_first() ? "bft" : m->batch_first() ? "btf" : "tbf";
   j["output_is_sequence"] = m->output_is_sequence();
-  j["output_layout"] = m->output_is_sequence() ? ordered_json(layout_code(info.output_layout)) : ordered_json(nullptr);
+  j["output_layout"] = m->output_is_sequence() ? ordered_json(runtime_layout_code(info.output_layout)) : ordered_json(nullptr);
   j["layers"] = ordered_json::array();
   for (uint32_t i = 0; i < m->layers()->size(); ++i) {
     const auto* l = m->layers()->Get(i);
@@ -567,17 +525,7 @@ std::string inspect_json(const std::vector<std::string>& args) {
   CLI::App app("", "inspect");
   std::shared_ptr<InspectOptions> o = declare_inspect_options(app);
   parse_words(app, args);
-  o->json = true;
-  if (is_model_file(o->file)) {
-    LoadedModel lm(o->file);
-    return model_json(lm.model, lm.file.data(), lm.file.size(), o->file);
-  }
-  LoadOptions load;
-  load.key = o->key;
-  const CheckpointInput input = open_checkpoint(o->file, load);
-  const ModuleSet modules = group_modules(input.checkpoint);
-  const RecordedChainText chain = recorded_chain_text(input.checkpoint, modules);
-  return checkpoint_json(o->file, input, modules, chain, plan_checkpoint(*o));
+  return json_text(*o);
 }
 
 }  // namespace ferry::cli

@@ -34,7 +34,7 @@ std::vector<OptionInfo> command_options(const std::string& command);
 // them. Throws UsageError with the parser's message.
 struct ConvertCall {
   conv::ConvertRequest request;
-  bool quiet = false, verbose = false, stats = false;
+  bool verbose = false;  // --verbose: each step as it starts
 };
 ConvertCall parse_convert(const std::vector<std::string>& args);
 

@@ -1,8 +1,11 @@
 // convert_report_json (library.h): a ConvertReport as the JSON object the
-// Python package's ConvertReport is made from. Keys are the report's fields;
-// strings from the file are passed as they are (the JSON encoder escapes).
-#include <nlohmann/json.hpp>
+// Python package's ConvertReport is made from, and plan_json
+// (report_json.h), its planned part, which `inspect --json` shows too. Keys
+// are the report's fields; strings from the file are passed as they are
+// (the JSON encoder escapes).
+#include "report_json.h"
 
+#include "cli.h"
 #include "library.h"
 #include "plan/quantization.h"
 
@@ -10,10 +13,6 @@ namespace ferry::cli {
 namespace {
 
 using nlohmann::ordered_json;
-
-const char* layout_code(conv::Layout l) {
-  return l == conv::Layout::kBatchFirst ? "btf" : l == conv::Layout::kTimeMajor ? "tbf" : "bft";
-}
 
 ordered_json stats_json(const conv::ErrorStatsPlan& e) {
   ordered_json j;
@@ -67,48 +66,54 @@ ordered_json quantization_json(const conv::ConvertReport& r) {
 
 }  // namespace
 
+ordered_json plan_json(const conv::ConvertReport& r) {
+  ordered_json p;
+  p["graph"] = r.graph;
+  p["graph_inferred"] = r.graph_inferred;
+  p["layout"] = input_layout_code(r);
+  p["layout_source"] = r.batch_first_source;
+  p["output_layout"] = r.output_layout ? ordered_json(layout_code(*r.output_layout)) : ordered_json(nullptr);
+  p["layers"] = ordered_json::array();
+  for (const conv::LayerSummary& l : r.layers) {
+    p["layers"].push_back({{"name", l.name}, {"description", l.description}, {"in", l.input_size}, {"out", l.output_size}});
+  }
+  p["assumptions"] = ordered_json::array();
+  for (const conv::Assumption& a : r.assumptions) {
+    p["assumptions"].push_back({{"layer", a.layer}, {"parameter", a.parameter}, {"value", a.value}, {"override", a.override}});
+  }
+  p["notes"] = r.notes;
+  if (r.code) {
+    ordered_json code;
+    code["class"] = r.code->class_name;
+    code["where"] = r.code->class_where;
+    code["under"] = r.code->root_path;
+    code["layers"] = ordered_json::array();
+    for (const auto& l : r.code->layers) code["layers"].push_back({{"path", l[0]}, {"constructor", l[1]}, {"where", l[2]}});
+    code["chain"] = ordered_json::array();
+    for (const auto& [element, where] : r.code->chain(r.graph)) code["chain"].push_back({{"element", element}, {"where", where}});
+    p["code"] = code;
+  }
+  return p;
+}
+
 std::string convert_report_json(const conv::ConvertReport& r) {
+  // What was read, then the plan (as inspect shows it), then what was made.
   ordered_json j;
   j["form"] = r.form;
   j["input_bytes"] = r.input_bytes;
   j["tensor_count"] = r.tensor_count;
   j["storage_locations"] = r.storage_locations;
-  j["graph"] = r.graph;
-  j["graph_inferred"] = r.graph_inferred;
-  j["layout"] = r.channels_first ? "bft" : r.input_is_tokens ? (r.batch_first ? "bt" : "tb") : r.batch_first ? "btf" : "tbf";
-  j["layout_source"] = r.batch_first_source;
+  const ordered_json plan = plan_json(r);
+  for (const auto& [key, value] : plan.items()) j[key] = value;
   j["input_is_tokens"] = r.input_is_tokens;
   j["output_is_sequence"] = r.output_is_sequence;
-  j["output_layout"] = r.output_layout ? ordered_json(layout_code(*r.output_layout)) : ordered_json(nullptr);
   j["output_layout_source"] = r.output_layout_source;
-  j["layers"] = ordered_json::array();
-  for (const conv::LayerSummary& l : r.layers) {
-    j["layers"].push_back(ordered_json{{"name", l.name}, {"description", l.description},
-                                       {"in", l.input_size}, {"out", l.output_size}});
-  }
   j["folded"] = r.folded;
   j["ignored"] = ordered_json::array();
   for (const auto& [key, why] : r.ignored) j["ignored"].push_back(ordered_json{{"key", key}, {"reason", why}});
-  j["notes"] = r.notes;
-  j["assumptions"] = ordered_json::array();
-  for (const conv::Assumption& a : r.assumptions) {
-    j["assumptions"].push_back(ordered_json{{"layer", a.layer}, {"parameter", a.parameter},
-                                            {"value", a.value}, {"override", a.override}});
-  }
   j["assumption_lines"] = conv::assumption_lines(r.assumptions);
   if (r.code) {
-    ordered_json c;
-    c["class"] = r.code->class_name;
-    c["where"] = r.code->class_where;
-    c["under"] = r.code->root_path;
-    c["text"] = r.code->class_text();
-    c["layers"] = ordered_json::array();
-    for (const auto& l : r.code->layers)
-      c["layers"].push_back(ordered_json{{"path", l[0]}, {"constructor", l[1]}, {"where", l[2]}});
-    c["chain"] = ordered_json::array();
-    for (const auto& [element, where] : r.code->chain(r.graph))
-      c["chain"].push_back(ordered_json{{"element", element}, {"where", where}});
-    j["code"] = c;
+    j["code"]["text"] = r.code->class_text();
   } else {
     j["code"] = nullptr;
   }

@@ -12,7 +12,6 @@
 // A session is used by one thread at a time: a second thread calling into a
 // busy session gets SessionError at once (never a data race).
 #include <nanobind/nanobind.h>
-#include <nanobind/ndarray.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
@@ -93,8 +92,6 @@ nb::handle numpy() {
   static PyObject* np = nb::module_::import_("numpy").release().ptr();
   return np;
 }
-
-using NumpyFloat = nb::ndarray<nb::numpy, float>;
 
 std::string kind_of(nb::handle x) { return nb::cast<std::string>(nb::type_name(x.type())); }
 
@@ -218,41 +215,40 @@ std::vector<size_t> shape_of(const A& a) {
   return s;
 }
 
-// A new float32 numpy array of `shape`: numpy.empty, called through the
-// vectorcall protocol with its arguments made here (a third of what a
-// Python-level call costs).
-nb::object new_numpy(const size_t* shape, size_t ndim) {
+// A new float32 numpy array and where its floats are: numpy.empty, called
+// through the vectorcall protocol with its arguments made here (a third of
+// what a Python-level call costs). A fresh array's memory stays where it is.
+struct NewArray {
+  nb::object array;
+  float* data = nullptr;
+};
+
+NewArray new_floats(const std::vector<size_t>& shape) {
   static PyObject* empty = nb::object(numpy().attr("empty")).release().ptr();
   static PyObject* float32 = numpy().attr("dtype")("float32").release().ptr();
-  nb::object dims = nb::steal(PyTuple_New(static_cast<Py_ssize_t>(ndim)));
+  nb::object dims = nb::steal(PyTuple_New(static_cast<Py_ssize_t>(shape.size())));
   if (!dims.is_valid()) throw nb::python_error();
-  for (size_t i = 0; i < ndim; ++i) {
+  for (size_t i = 0; i < shape.size(); ++i) {
     PyObject* d = PyLong_FromSize_t(shape[i]);
     if (!d) throw nb::python_error();
     PyTuple_SET_ITEM(dims.ptr(), static_cast<Py_ssize_t>(i), d);
   }
   PyObject* args[2] = {dims.ptr(), float32};
-  nb::object a = nb::steal(PyObject_Vectorcall(empty, args, 2, nullptr));
-  if (!a.is_valid()) throw nb::python_error();
+  NewArray a{nb::steal(PyObject_Vectorcall(empty, args, 2, nullptr))};
+  if (!a.array.is_valid()) throw nb::python_error();
+  FloatOut view;
+  if (!view.acquire(a.array, true)) raise(g_exc.error, "internal: numpy.empty gave no float32 buffer");
+  a.data = view.data();
   return a;
-}
-
-NumpyFloat new_array(const std::vector<size_t>& shape) {
-  size_t n = 1;
-  for (size_t d : shape) n *= d;
-  float* data = new float[n ? n : 1];
-  nb::capsule owner(data, [](void* p) noexcept { delete[] static_cast<float*>(p); });
-  return NumpyFloat(data, shape.size(), shape.data(), owner);
 }
 
 // The output: `out` when given (checked: float32, C-contiguous, this shape,
 // writable; held in `hold` for the call), else a new array.
 nb::object output_for(nb::handle out, const std::vector<size_t>& shape, float** data, FloatOut* hold) {
   if (out.is_none()) {
-    nb::object a = new_numpy(shape.data(), shape.size());
-    if (!hold->acquire(a, true)) raise(g_exc.error, "internal: numpy.empty gave no float32 buffer");
-    *data = hold->data();
-    return a;
+    NewArray a = new_floats(shape);
+    *data = a.data;
+    return a.array;
   }
   if (!hold->acquire(out, true)) {
     raise(g_exc.input, "out: expected a writable C-contiguous float32 numpy array of shape " + shape_text(shape) +
@@ -378,6 +374,28 @@ std::vector<StatePart> state_parts(const ModelData& d, size_t batch) {
   return parts;
 }
 
+// The golden vectors stored in the model, run on `backend_name` in an
+// arena of their own: {'passed', 'max_error', 'backend'}.
+nb::dict run_selftest(const ModelData& d, const std::string& backend_name) {
+  const ferry_backend backend = backend_named(backend_name);
+  size_t bytes = 0;
+  check(ferry_selftest_arena_size(d.model, &bytes), "selftest");
+  std::unique_ptr<void, AlignedFree> arena(aligned_bytes(bytes));
+  int passed = 0;
+  float max_error = 0;
+  ferry_status st;
+  {
+    nb::gil_scoped_release release;
+    st = ferry_selftest(d.model, backend, arena.get(), bytes, &passed, &max_error);
+  }
+  check(st, "selftest on " + backend_name);
+  nb::dict r;
+  r["passed"] = passed != 0;
+  r["max_error"] = max_error;
+  r["backend"] = backend_name;
+  return r;
+}
+
 class Session;
 
 class Model {
@@ -436,26 +454,7 @@ class Model {
     return bytes;
   }
 
-  nb::dict selftest(const std::string& backend_name) const {
-    const ModelData& d = data();
-    const ferry_backend backend = backend_named(backend_name);
-    size_t bytes = 0;
-    check(ferry_selftest_arena_size(d.model, &bytes), "selftest");
-    std::unique_ptr<void, AlignedFree> arena(aligned_bytes(bytes));
-    int passed = 0;
-    float max_error = 0;
-    ferry_status st;
-    {
-      nb::gil_scoped_release release;
-      st = ferry_selftest(d.model, backend, arena.get(), bytes, &passed, &max_error);
-    }
-    check(st, "selftest on " + backend_name);
-    nb::dict r;
-    r["passed"] = passed != 0;
-    r["max_error"] = max_error;
-    r["backend"] = backend_name;
-    return r;
-  }
+  nb::dict selftest(const std::string& backend) const { return run_selftest(data(), backend); }
 
   std::string repr() const {
     if (!d_) return "<ferry.Model (closed)>";
@@ -577,12 +576,13 @@ class Session {
   }
 
   // The packed state of the session's batch (ferry_state_get's layout).
-  nb::object state_vector() { return nb::cast(state_flat()); }
+  nb::object state_vector() { return state_flat().array; }
 
-  NumpyFloat state_flat() {
+  NewArray state_flat() {
     Use use(*this);
-    NumpyFloat a = new_array({batch_ * d_->info.state_floats});
-    check(ferry_state_get(s_, batch_, a.data(), a.size()), "state");
+    const size_t n = batch_ * d_->info.state_floats;
+    NewArray a = new_floats({n});
+    check(ferry_state_get(s_, batch_, a.data, n), "state");
     return a;
   }
 
@@ -598,14 +598,14 @@ class Session {
   }
 
   nb::dict state() {
-    NumpyFloat flat = state_flat();
+    const NewArray flat = state_flat();
     nb::dict out;
     for (const StatePart& p : parts_) {
-      NumpyFloat a = new_array(p.shape);
-      float* dst = a.data();
+      NewArray a = new_floats(p.shape);
+      float* dst = a.data;
       for (size_t k = 0; k < p.count; ++k, dst += p.run)
-        std::memcpy(dst, flat.data() + p.offset + k * p.stride, p.run * sizeof(float));
-      out[p.name.c_str()] = a;
+        std::memcpy(dst, flat.data + p.offset + k * p.stride, p.run * sizeof(float));
+      out[p.name.c_str()] = a.array;
     }
     return out;
   }
@@ -614,7 +614,7 @@ class Session {
     if (!nb::hasattr(values, "items")) {
       raise(g_exc.input, "state: expected a dict of arrays by name (" + part_names() + "), got " + kind_of(values));
     }
-    NumpyFloat flat = state_flat();
+    const NewArray flat = state_flat();
     nb::object items = nb::steal(PyMapping_Items(values.ptr()));
     if (!items.is_valid()) throw nb::python_error();
     for (nb::handle item : items) {
@@ -631,9 +631,9 @@ class Session {
       }
       const float* src = a.data();
       for (size_t k = 0; k < part->count; ++k, src += part->run)
-        std::memcpy(flat.data() + part->offset + k * part->stride, src, part->run * sizeof(float));
+        std::memcpy(flat.data + part->offset + k * part->stride, src, part->run * sizeof(float));
     }
-    set_state_vector(nb::cast(flat));
+    set_state_vector(flat.array);
   }
 
   nb::dict state_shapes() const {
@@ -649,23 +649,7 @@ class Session {
 
   nb::dict selftest() {
     Use use(*this);
-    const ferry_backend backend = backend_named(backend_name_);
-    size_t bytes = 0;
-    check(ferry_selftest_arena_size(d_->model, &bytes), "selftest");
-    std::unique_ptr<void, AlignedFree> arena(aligned_bytes(bytes));
-    int passed = 0;
-    float max_error = 0;
-    ferry_status st;
-    {
-      nb::gil_scoped_release release;
-      st = ferry_selftest(d_->model, backend, arena.get(), bytes, &passed, &max_error);
-    }
-    check(st, "selftest on " + backend_name_);
-    nb::dict r;
-    r["passed"] = passed != 0;
-    r["max_error"] = max_error;
-    r["backend"] = backend_name_;
-    return r;
+    return run_selftest(*d_, backend_name_);
   }
 
   void close() {

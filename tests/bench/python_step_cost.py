@@ -34,19 +34,10 @@ import warnings
 import numpy as np
 
 import ferry
+from quant_peers import cpu_model  # the machine, as the other benchmark names it
 
 STEPS = 100_000
 TRIALS = 5
-
-
-def cpu_model():
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def lstm_model(h, folder):
