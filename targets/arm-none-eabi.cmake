@@ -5,10 +5,16 @@
 # complete image.
 #
 #   cmake -S . -B build-m4 -G Ninja -DCMAKE_TOOLCHAIN_FILE=targets/arm-none-eabi.cmake
-#   (or: cmake --preset cortex-m4 / cortex-m7)
+#   (or: cmake --preset cortex-m3 / m4 / m7 / m33 / m55)
 #
-# FERRY_CORTEX_M: cortex-m4 (default; FPv4-SP, single precision) or
-# cortex-m7 (FPv5, double precision too). Always Thumb-2 with hard float.
+# FERRY_CORTEX_M, always Thumb-2:
+#   cortex-m3   Armv7-M, no FPU: soft float (float in integer registers)
+#   cortex-m4   Armv7E-M, FPv4-SP (single precision), hard float; the default
+#   cortex-m7   Armv7E-M, FPv5 with double precision, hard float
+#   cortex-m33  Armv8-M Mainline, FPv5-SP (single precision), hard float
+#   cortex-m55  Armv8.1-M Mainline, FPv5 with double precision and MVE (Helium,
+#               integer and float), hard float: -mfpu=auto takes all the
+#               core has from -mcpu (GCC 12 has no -mfpu name for FP + MVE)
 # Code is built with -fno-exceptions -fno-rtti -ffunction-sections
 # -fdata-sections (the image links with --gc-sections) and
 # FERRY_NO_THREAD_LOCAL (one error-message buffer instead of a TLS one).
@@ -30,17 +36,24 @@ list(APPEND CMAKE_TRY_COMPILE_PLATFORM_VARIABLES FERRY_CORTEX_M)
 # The core's name, not "arm": nothing meant for Arm application cores (NEON
 # flags for armv7/arm in runtime/CMakeLists.txt) applies to an M-profile core.
 set(CMAKE_SYSTEM_PROCESSOR ${FERRY_CORTEX_M})
-if(FERRY_CORTEX_M STREQUAL "cortex-m4")
-  set(_ferry_cpu "-mcpu=cortex-m4 -mfpu=fpv4-sp-d16")
+if(FERRY_CORTEX_M STREQUAL "cortex-m3")
+  set(_ferry_cpu "-mcpu=cortex-m3 -mthumb -mfloat-abi=soft")
+elseif(FERRY_CORTEX_M STREQUAL "cortex-m4")
+  set(_ferry_cpu "-mcpu=cortex-m4 -mthumb -mfpu=fpv4-sp-d16 -mfloat-abi=hard")
 elseif(FERRY_CORTEX_M STREQUAL "cortex-m7")
-  set(_ferry_cpu "-mcpu=cortex-m7 -mfpu=fpv5-d16")
+  set(_ferry_cpu "-mcpu=cortex-m7 -mthumb -mfpu=fpv5-d16 -mfloat-abi=hard")
+elseif(FERRY_CORTEX_M STREQUAL "cortex-m33")
+  set(_ferry_cpu "-mcpu=cortex-m33 -mthumb -mfpu=fpv5-sp-d16 -mfloat-abi=hard")
+elseif(FERRY_CORTEX_M STREQUAL "cortex-m55")
+  set(_ferry_cpu "-mcpu=cortex-m55 -mthumb -mfpu=auto -mfloat-abi=hard")
 else()
-  message(FATAL_ERROR "FERRY_CORTEX_M='${FERRY_CORTEX_M}': expected cortex-m4 or cortex-m7")
+  message(FATAL_ERROR "FERRY_CORTEX_M='${FERRY_CORTEX_M}': expected cortex-m3, cortex-m4, "
+                      "cortex-m7, cortex-m33 or cortex-m55")
 endif()
-set(_ferry_flags "${_ferry_cpu} -mthumb -mfloat-abi=hard -ffunction-sections -fdata-sections -DFERRY_NO_THREAD_LOCAL")
+set(_ferry_flags "${_ferry_cpu} -ffunction-sections -fdata-sections -DFERRY_NO_THREAD_LOCAL")
 set(CMAKE_C_FLAGS_INIT "${_ferry_flags}")
 set(CMAKE_CXX_FLAGS_INIT "${_ferry_flags} -fno-exceptions -fno-rtti -fno-threadsafe-statics")
-set(CMAKE_ASM_FLAGS_INIT "${_ferry_cpu} -mthumb -mfloat-abi=hard")
+set(CMAKE_ASM_FLAGS_INIT "${_ferry_cpu}")
 set(CMAKE_EXE_LINKER_FLAGS_INIT "-Wl,--gc-sections")
 
 set(_ferry_host_headers ${CMAKE_BINARY_DIR}/ferry-host-headers)
