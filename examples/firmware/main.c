@@ -12,6 +12,12 @@
  * (under qemu-system-arm -semihosting too, which then exits with the
  * firmware's status). A board without a debugger attached needs
  * FIRMWARE_SEMIHOSTING=0: a semihosting call without one stops the core.
+ *
+ * The console prints each output and the self-test's error twice: as
+ * decimals and as IEEE-754 bit patterns (`output bits`, `selftest bits`),
+ * so that two builds (soft and hard float, two cores) compare bit for bit
+ * as text. It also prints what one ferry_step costs, timed with SysTick on
+ * the processor clock (see "step timing" below).
  */
 #include <ferry/ferry.h>
 #include <stdint.h>
@@ -35,6 +41,13 @@
 #ifndef FIRMWARE_SEMIHOSTING
 #define FIRMWARE_SEMIHOSTING 0
 #endif
+/* FIRMWARE_QEMU_ICOUNT_SHIFT=N: the image is meant to run under
+ * qemu-system-arm -icount shift=N (build.sh runs it with shift=0), where
+ * virtual time advances 2^N ns per guest instruction; FIRMWARE_SYSCLK_HZ is
+ * then the board's processor clock as QEMU models it (SysTick's clock). */
+#if defined(FIRMWARE_QEMU_ICOUNT_SHIFT) && !defined(FIRMWARE_SYSCLK_HZ)
+#error "FIRMWARE_QEMU_ICOUNT_SHIFT needs FIRMWARE_SYSCLK_HZ (the board's processor clock in QEMU)"
+#endif
 #define FIRMWARE_STEPS 8
 #define FIRMWARE_MAX_OUTPUT 64
 
@@ -51,6 +64,7 @@ volatile struct {
   float output[8];
   uint32_t arena_bytes;
   uint32_t cycles; /* DWT cycle count of the inference (0 where there is no DWT) */
+  uint32_t step_ticks; /* SysTick ticks (processor clock) of one ferry_step, mean */
 } g_result;
 
 /* ------------------------------------------------------------ console -- */
@@ -76,6 +90,16 @@ static void put_uint(uint32_t v) {
   buf[i] = '\0';
   do buf[--i] = (char)('0' + v % 10u); while ((v /= 10u) != 0 && i > 0);
   put(&buf[i]);
+}
+
+/* The IEEE-754 bits of v as 8 hex digits, e.g. 3d969b8a. */
+static void put_bits(float v) {
+  uint32_t bits;
+  memcpy(&bits, &v, sizeof bits);
+  char buf[9];
+  for (int i = 7; i >= 0; --i, bits >>= 4) buf[i] = "0123456789abcdef"[bits & 0xFu];
+  buf[8] = '\0';
+  put(buf);
 }
 
 /* printf("%.6f") without newlib's float printf. */
@@ -115,6 +139,78 @@ static int failed(const char* what, ferry_status status) {
 #define DEMCR (*(volatile uint32_t*)0xE000EDFCu)
 #define DWT_CTRL (*(volatile uint32_t*)0xE0001000u)
 #define DWT_CYCCNT (*(volatile uint32_t*)0xE0001004u)
+
+/* ---------------------------------------------------------- step timing --
+ * SysTick counts down from RVR on the processor clock (CSR.CLKSOURCE = 1);
+ * each wrap to RVR raises the SysTick exception, which counts the wraps, so
+ * a 24-bit counter times runs of any length. On a real core a tick is a
+ * cycle. QEMU does not emulate DWT CYCCNT (it reads 0), and its SysTick
+ * follows QEMU's virtual clock at the board's SYSCLK: under -icount shift=N
+ * that clock advances 2^N ns per instruction, so ticks * 1e9 / SYSCLK_HZ /
+ * 2^N is an instruction count, to one tick (1e9 / SYSCLK_HZ / 2^N
+ * instructions: 40 at mps2's 25 MHz, 50 at an505's 20 MHz, 31.25 at
+ * an547's 32 MHz). Without -icount the virtual clock follows the host's
+ * clock and the ticks measure nothing about the firmware. */
+#define SYST_CSR (*(volatile uint32_t*)0xE000E010u)
+#define SYST_RVR (*(volatile uint32_t*)0xE000E014u)
+#define SYST_CVR (*(volatile uint32_t*)0xE000E018u)
+#define SYST_RELOAD 0xFFFFFFu
+
+static volatile uint32_t g_systick_wraps;
+
+/* Replaces the weak default handler in startup_cortex_m.c. */
+void SysTick_Handler(void) { g_systick_wraps = g_systick_wraps + 1u; }
+
+static void systick_start(void) {
+  SYST_CSR = 0;
+  SYST_RVR = SYST_RELOAD;
+  SYST_CVR = 0; /* any write clears it: the count starts at RVR */
+  g_systick_wraps = 0;
+  SYST_CSR = 0x7u; /* CLKSOURCE (processor clock) | TICKINT | ENABLE */
+}
+
+/* Ticks since systick_start; a wrap between the two reads reads again. */
+static uint64_t systick_now(void) {
+  uint32_t wraps, count;
+  do {
+    wraps = g_systick_wraps;
+    count = SYST_CVR;
+  } while (wraps != g_systick_wraps);
+  return (uint64_t)wraps * (SYST_RELOAD + 1u) + (SYST_RELOAD - count);
+}
+
+static void put_step_cost(uint64_t ticks, uint32_t steps) {
+  if (steps == 0) return;
+  const uint64_t mean_ticks = (ticks + steps / 2) / steps;
+  g_result.step_ticks = (uint32_t)mean_ticks;
+#if defined(FIRMWARE_QEMU_ICOUNT_SHIFT)
+  if (g_result.cycles == 0) { /* no DWT CYCCNT: QEMU, as this build expects */
+    /* One tick is 1e9 / SYSCLK_HZ ns, one instruction 2^shift ns. Each
+     * step is timed on its own, so its ticks are exact to one tick, and so
+     * is their mean. */
+    const uint64_t per_insn_hz = (uint64_t)(FIRMWARE_SYSCLK_HZ) << (FIRMWARE_QEMU_ICOUNT_SHIFT);
+    const uint64_t insns = (ticks * 1000000000u / steps + per_insn_hz / 2) / per_insn_hz;
+    const uint32_t resolution = (uint32_t)((1000000000u + per_insn_hz - 1) / per_insn_hz);
+    put("step instructions ");
+    put_uint((uint32_t)insns);
+    put(" (QEMU -icount shift=");
+    put_uint((uint32_t)(FIRMWARE_QEMU_ICOUNT_SHIFT));
+    put(", mean of ");
+    put_uint(steps);
+    put(" steps, +-");
+    put_uint(resolution);
+    put(")\n");
+    return;
+  }
+#endif
+  /* A real core (SysTick on the processor clock: ticks are cycles), or
+   * QEMU without -icount (ticks of the host's clock: not a cost). */
+  put("step SysTick ticks ");
+  put_uint((uint32_t)mean_ticks);
+  put(" (processor clock: cycles on a real core; mean of ");
+  put_uint(steps);
+  put(" steps, +-1)\n");
+}
 
 /* ----------------------------------------------------------------- main -- */
 
@@ -170,13 +266,18 @@ int main(void) {
   DEMCR |= 1u << 24; /* TRCENA */
   DWT_CYCCNT = 0;
   DWT_CTRL |= 1u; /* CYCCNTENA */
+  systick_start();
+  uint64_t step_ticks = 0; /* the ferry_step calls only, not the input fill */
   const uint32_t t0 = DWT_CYCCNT;
   const size_t steps = info.has_time_axis ? FIRMWARE_STEPS : 1;
   for (size_t t = 0; t < steps && st == FERRY_OK; ++t) {
     for (size_t i = 0; i < info.input_size; ++i) g_input[i] = (float)((int)((t * 7 + i) % 17) - 8) / 8.0f;
+    const uint64_t s0 = systick_now();
     st = ferry_step(session, g_input, 1, g_output, info.output_size);
+    step_ticks += systick_now() - s0;
   }
   g_result.cycles = DWT_CYCCNT - t0;
+  SYST_CSR = 0;
   if (st != FERRY_OK) return failed("step", st);
   put("inference ");
   put_uint((uint32_t)steps);
@@ -194,7 +295,13 @@ int main(void) {
     put(" ");
     put_float(g_output[i]);
   }
+  put("\noutput bits");
+  for (size_t i = 0; i < out_n; ++i) {
+    put(" ");
+    put_bits(g_output[i]);
+  }
   put("\n");
+  put_step_cost(step_ticks, (uint32_t)steps);
 
   /* The golden vectors stored in the model by ferry convert. */
   size_t selftest_bytes = 0;
@@ -207,7 +314,9 @@ int main(void) {
   if (st != FERRY_OK) return failed("selftest", st);
   g_result.selftest_passed = passed;
   g_result.selftest_max_error = max_error;
-  put("selftest max abs error ");
+  put("selftest bits ");
+  put_bits(max_error);
+  put("\nselftest max abs error ");
   put_float(max_error);
   put(passed ? ": PASS\n" : ": FAIL\n");
   return passed ? 0 : 1;

@@ -1,6 +1,7 @@
 /*
  * Minimal Cortex-M startup for the example firmware: the vector table, a
- * reset handler that copies .data, zeroes .bss, enables the FPU and calls
+ * reset handler that copies .data, zeroes .bss, enables the FPU (where the
+ * core has one, __ARM_FP: not on a Cortex-M3 or a soft-float build) and calls
  * main, and the few system calls newlib (nosys) needs. No heap: _sbrk
  * fails, so malloc returns NULL. ferry needs no heap: the model handle, the
  * arena and the model bytes all live in memory the firmware gives it.
@@ -36,10 +37,15 @@ void HardFault_Handler(void) __attribute__((weak, alias("Default_Handler")));
 void MemManage_Handler(void) __attribute__((weak, alias("Default_Handler")));
 void BusFault_Handler(void) __attribute__((weak, alias("Default_Handler")));
 void UsageFault_Handler(void) __attribute__((weak, alias("Default_Handler")));
+void SysTick_Handler(void) __attribute__((weak, alias("Default_Handler")));
 
+/* The 16 system vectors (no device interrupts are enabled). Slots 7-14
+ * (SecureFault on Armv8-M, SVCall, DebugMonitor, PendSV) stay empty: the
+ * firmware raises none of them. main.c times ferry_step with SysTick. */
 __attribute__((section(".isr_vector"), used)) void* const g_vectors[16] = {
     &__stack_top,       (void*)Reset_Handler,     (void*)NMI_Handler,  (void*)HardFault_Handler,
     (void*)MemManage_Handler, (void*)BusFault_Handler, (void*)UsageFault_Handler,
+    [15] = (void*)SysTick_Handler,
 };
 
 /* newlib system calls (nosys would warn on each). */
