@@ -299,6 +299,11 @@ ConvertResult convert(const ConvertRequest& request) {
   write.path = request.output;
   write.source_fd = source ? source->get() : -1;
   write.c_array_path = request.c_array;
+  for (size_t b : request.c_array_batches.empty() ? std::vector<size_t>{1} : request.c_array_batches) {
+    for (size_t t : request.c_array_seqs.empty() ? std::vector<size_t>{1} : request.c_array_seqs) {
+      if (b != 1 || t != 1) write.c_array_arenas.emplace_back(b, t);
+    }
+  }
   write.c_array_source = basename_of(request.input) +
                          (request.output.empty() ? "" : " (as " + basename_of(request.output) + ")");
   write.progress = request.progress;

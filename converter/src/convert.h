@@ -50,6 +50,9 @@ struct ConvertRequest {
   std::optional<Layout> output_layout;  // --output-layout btf|tbf|bft; else the file's record; else the input's
   std::string key;                    // --key: the entry of a checkpoint dict
   std::optional<std::string> c_array; // --c-array: also write the model as a C header here
+  // --max-batch / --max-seq: the header's arena figures beyond streaming at
+  // batch 1, one per (batch, seq) of their product.
+  std::vector<size_t> c_array_batches, c_array_seqs;
   SelfTestPolicy selftest = SelfTestPolicy::Auto;
   // Read and plan only (`ferry inspect`): the report's read and planned
   // parts; nothing is quantized or written, no self-test is planned.

@@ -185,6 +185,7 @@ namespace {
 struct ConvertOptions {
   std::string input, output, graph, layout, output_layout, key, quantize = "f32", calibration, c_array, rounding;
   std::vector<std::string> code;
+  std::vector<size_t> max_batch, max_seq;  // --c-array's arena figures
   float max_error = 0;
   bool batch_first = false, selftest = false, stats = false, fallback = false, quiet = false, verbose = false;
   CLI::Option *graph_opt = nullptr, *layout_opt = nullptr, *output_layout_opt = nullptr, *calibration_opt = nullptr, *max_error_opt = nullptr,
@@ -222,6 +223,8 @@ ConvertCall convert_call(const ConvertOptions& o) {
   if (o.output_layout_opt->count()) request.output_layout = layout_named(o.output_layout);
   request.key = o.key;
   if (o.c_array_opt->count()) request.c_array = o.c_array;
+  request.c_array_batches = o.max_batch;
+  request.c_array_seqs = o.max_seq;
   if (o.selftest) request.selftest = conv::SelfTestPolicy::Always;
   call.verbose = o.verbose;
   return call;
@@ -320,6 +323,16 @@ std::shared_ptr<ConvertOptions> declare_convert_options(CLI::App& app) {
       ->needs(o->max_error_opt);
   o->c_array_opt = app.add_option("--c-array", o->c_array, "Also write the model as a 64-byte aligned C array")
                        ->type_name("model_data.h");
+  app.add_option("--max-batch", o->max_batch,
+                 "With --c-array: also the arena for max_batch B (with each --max-seq; repeatable)")
+      ->type_name("B")
+      ->check(positive_count(1 << 24))
+      ->needs(o->c_array_opt);
+  app.add_option("--max-seq", o->max_seq,
+                 "With --c-array: also the arena for max_seq T (with each --max-batch; repeatable)")
+      ->type_name("T")
+      ->check(positive_count(1 << 30))
+      ->needs(o->c_array_opt);
   app.add_flag("--selftest", o->selftest, "Store self-test vectors whatever the model's size");
   app.add_flag("--stats", o->stats, "Print time, throughput and peak memory");
   auto* quiet = app.add_flag("--quiet,-q", o->quiet, "Print nothing but errors");

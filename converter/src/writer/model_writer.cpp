@@ -134,7 +134,8 @@ void complete(uint8_t* data, size_t size, const ModelPlan& plan, const WriteOpti
   if (!options.c_array_path) return;
   out.c_array_name = c_array_name(*options.c_array_path);
   header.emplace(*options.c_array_path);
-  const std::string text = c_array_text(data, size, out.c_array_name, options.c_array_source);
+  const CArrayMemory memory = c_array_memory(data, size, options.c_array_arenas);
+  const std::string text = c_array_text(data, size, out.c_array_name, options.c_array_source, &memory);
   header->write(reinterpret_cast<const uint8_t*>(text.data()), text.size());
 }
 

@@ -41,6 +41,7 @@ struct WriteOptions {
   int source_fd = -1;          // the checkpoint, read for in-kernel copies
   std::optional<std::string> c_array_path;  // a C-array header too
   std::string c_array_source;  // named in the header's comment
+  std::vector<std::pair<size_t, size_t>> c_array_arenas;  // (max_batch, max_seq) figures beyond (1, 1)
   Progress progress;
 };
 

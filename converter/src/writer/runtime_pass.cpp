@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "arena_parts.h"
 #include "error.h"
 #include "ferry/ferry.h"
 #include "ferry/ferry_generated.h"
@@ -73,6 +74,47 @@ uint64_t complete_with_runtime(uint8_t* data, size_t size, float relative_tolera
   if (auto* st = file->mutable_selftest(); st && st->batch() > 0) fill_selftest(model.get(), st, relative_tolerance);
   if (!file->mutate_arena_bytes_stream_b1(arena)) throw Error("internal: the arena size field is missing");
   return arena;
+}
+
+CArrayMemory c_array_memory(const uint8_t* data, size_t size, const std::vector<std::pair<size_t, size_t>>& arenas) {
+  ferry_model* loaded = nullptr;
+  if (ferry_model_load(data, size, nullptr, &loaded) != FERRY_OK) {
+    throw Error(runtime_error("internal: the runtime refuses the written model"));
+  }
+  const std::unique_ptr<ferry_model, void (*)(ferry_model*)> model(loaded, ferry_model_free);
+  CArrayMemory memory;
+  std::vector<std::pair<size_t, size_t>> all{{1, 1}};
+  all.insert(all.end(), arenas.begin(), arenas.end());
+  for (size_t i = 0; i < all.size(); ++i) {
+    ferry_session_options options;
+    ferry_session_options_init(&options);
+    options.backend = FERRY_BACKEND_REFERENCE;
+    options.max_batch = all[i].first;
+    options.max_seq = all[i].second;
+    ArenaParts parts;
+    CArrayArena a;
+    a.batch = all[i].first;
+    a.seq = all[i].second;
+    if (session_arena_parts(model.get(), &options, &parts) != FERRY_OK) {
+      if (i > 0) {
+        throw Error("--max-batch " + std::to_string(a.batch) + " --max-seq " + std::to_string(a.seq) + ": " +
+                    ferry_last_error());
+      }
+      a.refused = ferry_last_error();
+    } else {
+      // This machine's figure, added up as the header will add it.
+      if (FERRY_ARENA_BYTES_CPU(parts.portable, size_t{parts.lone_cells}, parts.program_ops) != parts.total) {
+        throw Error("internal: ferry_sizes.h's arena parts do not add up to ferry_session_arena_size()");
+      }
+      a.total = parts.total;
+      a.portable = parts.portable;
+      a.lone_cells = parts.lone_cells;
+      a.program_ops = parts.program_ops;
+    }
+    memory.arenas.push_back(a);
+  }
+  model_capacities(model.get(), &memory.chain, &memory.cells);
+  return memory;
 }
 
 }  // namespace ferry::conv

@@ -5,6 +5,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "writer/c_array.h"
 
 namespace ferry::conv {
 
@@ -17,5 +21,13 @@ namespace ferry::conv {
 // the tolerance relative_tolerance * max(1, max |output|)). Returns the arena
 // size.
 uint64_t complete_with_runtime(uint8_t* data, size_t size, float relative_tolerance);
+
+// What the --c-array header's memory macros say (writer/c_array.h), from the
+// complete model: the capacities it needs, and per (max_batch, max_seq) the
+// arena of the reference kernels in ferry_sizes.h's parts. The first figure
+// is streaming at batch 1; one the runtime refuses (a Conv1d needing more
+// steps) carries its message instead. A (batch, seq) in `arenas` that the
+// runtime refuses is an Error naming it.
+CArrayMemory c_array_memory(const uint8_t* data, size_t size, const std::vector<std::pair<size_t, size_t>>& arenas);
 
 }  // namespace ferry::conv

@@ -71,6 +71,10 @@ const char* ferry_version(void);
 /* Arena and handle memory must be aligned to this many bytes. */
 #define FERRY_ALIGNMENT 64
 
+/* FERRY_MODEL_HANDLE_BYTES and FERRY_ARENA_BYTES_CPU(): the handle and a
+ * CPU session's arena as compile-time constants (ferry_sizes.h). */
+#include "ferry_sizes.h"
+
 typedef struct ferry_model ferry_model;
 typedef struct ferry_session ferry_session;
 

@@ -1,5 +1,6 @@
 // The model entry points of the C API: load (verify + view, no copy of the
 // weights), free, info. The checks themselves are model/loader.h's.
+#include "common/build_flags.h"  // first: the flags the numbers depend on
 #include <stddef.h>
 #include <stdlib.h>
 
@@ -10,6 +11,12 @@
 #include "ferry/ferry_generated.h"
 #include "model/loader.h"
 #include "model/model.h"
+
+// FERRY_MODEL_HANDLE_BYTES (ferry/ferry_sizes.h) is the handle, exactly.
+static_assert(offsetof(ferry_model, layers) == FERRY_SIZEOF_HANDLE_HEAD, "FERRY_SIZEOF_HANDLE_HEAD (ferry_sizes.h)");
+static_assert(sizeof(ferry::Layer) == FERRY_SIZEOF_LAYER, "FERRY_SIZEOF_LAYER (ferry_sizes.h) is sizeof(Layer)");
+static_assert(sizeof(ferry::Cell) == FERRY_SIZEOF_CELL, "FERRY_SIZEOF_CELL (ferry_sizes.h) is sizeof(Cell)");
+static_assert(sizeof(ferry_model) == FERRY_MODEL_HANDLE_BYTES, "FERRY_MODEL_HANDLE_BYTES (ferry_sizes.h)");
 
 extern "C" size_t ferry_model_handle_size(void) { return sizeof(ferry_model); }
 

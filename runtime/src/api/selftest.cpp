@@ -5,6 +5,7 @@
 // region starting FERRY_ALIGNMENT-aligned. The stored input is read in place
 // from the model bytes (FlatBuffers float vectors are 4-byte aligned and
 // little-endian, as every target ferry runs on).
+#include "common/build_flags.h"  // first: the flags the numbers depend on
 #include <math.h>
 #include <string.h>
 

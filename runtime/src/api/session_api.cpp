@@ -2,6 +2,7 @@
 // step, state. They check the caller's arguments (one place, the same
 // messages for every backend), then call the backend that the options name,
 // through backend/backend.h, and nothing else.
+#include "common/build_flags.h"  // first: the flags the numbers depend on
 #include <stddef.h>
 #include <string.h>
 
@@ -9,6 +10,8 @@
 #include <type_traits>
 
 #include "backend/backend.h"
+#include "backend/cpu/cpu_backend.h"
+#include "shared/arena_parts.h"
 #include "common/status.h"
 #include "model/model.h"
 #include "platform/fp_env.h"
@@ -252,6 +255,25 @@ extern "C" ferry_status ferry_session_arena_size(const ferry_model* model, const
   const ferry_status st = read_options(options, &config);
   if (st != FERRY_OK) return st;
   return plan_session(model, config, bytes_out);
+}
+
+ferry_status ferry::session_arena_parts(const ferry_model* model, const ferry_session_options* options,
+                                        ArenaParts* out) {
+  if (!model || !out) return fail(FERRY_INVALID_ARGUMENT, "model or out is NULL");
+  SessionConfig config;
+  ferry_status st = read_options(options, &config);
+  if (st != FERRY_OK) return st;
+  if (config.backend == FERRY_BACKEND_CUDA) return fail(FERRY_UNSUPPORTED, "a CUDA session's arena has no portable figure");
+  if ((st = plan_session(model, config, &out->total)) != FERRY_OK) return st;  // the checks, and the figure to match
+  const size_t total = out->total;
+  if ((st = cpu::arena_parts(model, config, out)) != FERRY_OK) return st;
+  if (out->total != total) return fail(FERRY_INVALID_STATE, "internal: the arena parts do not add up");
+  return FERRY_OK;
+}
+
+void ferry::model_capacities(const ferry_model* model, uint32_t* chain, uint32_t* cells) {
+  *chain = model->num_layers;
+  *cells = model->num_cells;
 }
 
 extern "C" void ferry_session_options_init(ferry_session_options* options) {

@@ -1,4 +1,5 @@
 // The static table of backends, indexed by ferry_backend (backend.h).
+#include "common/build_flags.h"  // first: the flags the numbers depend on
 #include "backend/backend.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cuda/cuda_backend.h"

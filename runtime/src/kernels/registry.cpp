@@ -1,3 +1,4 @@
+#include "common/build_flags.h"  // first: the flags the numbers depend on
 #include "kernels/registry.h"
 
 #include <stdlib.h>

@@ -7,6 +7,7 @@
 //     shape product overflow-checked and equal to what its layer needs, the
 //     chain's feature widths consistent from input to output.
 // Nothing is trusted that was not checked here; kernels index without checks.
+#include "common/build_flags.h"  // first: the flags the numbers depend on
 #include <stdlib.h>
 #include <string.h>
 

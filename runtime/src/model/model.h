@@ -16,14 +16,8 @@
 namespace ferry {
 
 // Fixed capacities keep the handle a fixed size (placeable in caller memory).
-// A firmware build lowers them (cmake -DFERRY_MAX_CHAIN=16 -DFERRY_MAX_CELLS=8)
-// to shrink ferry_model_handle_size(); a model beyond them is refused at load.
-#ifndef FERRY_MAX_CHAIN
-#define FERRY_MAX_CHAIN 64
-#endif
-#ifndef FERRY_MAX_CELLS
-#define FERRY_MAX_CELLS 128
-#endif
+// FERRY_MAX_CHAIN and FERRY_MAX_CELLS (ferry/ferry_sizes.h: 64 and 128 unless
+// the build says otherwise) size it; a model beyond them is refused at load.
 constexpr uint32_t kMaxChain = FERRY_MAX_CHAIN;  // elements of the chain
 constexpr uint32_t kMaxCells = FERRY_MAX_CELLS;  // (layer, direction) pairs, all modules
 static_assert(kMaxChain >= 1 && kMaxChain <= 255 && kMaxCells >= 1, "FERRY_MAX_CHAIN 1..255, FERRY_MAX_CELLS >= 1");

@@ -1,3 +1,4 @@
+#include "common/build_flags.h"  // first: the flags the numbers depend on
 #include "plan/arena_plan.h"
 
 #include <stdint.h>

@@ -1,3 +1,4 @@
+#include "common/build_flags.h"  // first: the flags the numbers depend on
 #include "platform/threads.h"
 
 #include "ferry/ferry.h"

@@ -16,6 +16,7 @@
 // i8 / i4 layers (kernels/kernel_set.h, "Activations"); `xnnpack` holds the XNNPACK operators
 // and their packed weights. At init, before anything has run, the span from
 // act A on doubles as XNNPACK's packing scratch (extended if it is larger).
+#include "common/build_flags.h"  // first: the flags the numbers depend on
 #include <string.h>
 
 #include <new>
@@ -28,13 +29,21 @@ namespace ferry {
 namespace cpu {
 namespace {
 
-// The control block's size is fixed on 64-bit hosts at what the session of
-// the format 1.1 runtime took beside its header (2112 bytes in all), so that
-// arena sizes, and the streaming arena size recorded in model files, did not
-// change when the backends were split out of the session. Elsewhere it is
-// the struct's own size.
-constexpr size_t kCpuControlBytes = sizeof(void*) == 8 ? 2048 : sizeof(CpuSession);
-static_assert(sizeof(CpuSession) <= kCpuControlBytes, "CpuSession outgrew its control block");
+// The control block's size: FERRY_SIZEOF_CPU_CONTROL (ferry/ferry_sizes.h),
+// so that a model header's arena macros are exact at compile time. On 64-bit
+// targets it is fixed at what the session of the format 1.1 runtime took
+// beside its header (2112 bytes in all), so that arena sizes, and the
+// streaming arena size recorded in model files, did not change when the
+// backends were split out of the session; on 32-bit ones it grows with the
+// handle's capacities, as the struct does.
+constexpr size_t kCpuControlBytes = FERRY_SIZEOF_CPU_CONTROL;
+static_assert(sizeof(CpuSession) <= kCpuControlBytes, "CpuSession outgrew FERRY_SIZEOF_CPU_CONTROL (ferry_sizes.h)");
+// The other parts of the arena that hold pointers, as ferry_sizes.h says.
+static_assert(sizeof(LoneStep) == FERRY_SIZEOF_LONE_STEP, "FERRY_SIZEOF_LONE_STEP (ferry_sizes.h) is sizeof(LoneStep)");
+static_assert(sizeof(StepProgram) == FERRY_SIZEOF_STEP_PROGRAM,
+              "FERRY_SIZEOF_STEP_PROGRAM (ferry_sizes.h) is sizeof(StepProgram)");
+static_assert(sizeof(StepOp) == FERRY_SIZEOF_STEP_OP, "FERRY_SIZEOF_STEP_OP (ferry_sizes.h) is sizeof(StepOp)");
+static_assert(sizeof(ferry_session) <= FERRY_SIZEOF_SESSION_HEAD, "ferry_session outgrew FERRY_SIZEOF_SESSION_HEAD");
 
 // Byte offsets of a session's regions (0 = absent, except control and state).
 struct Regions {
@@ -90,9 +99,9 @@ ferry_status plan_regions(const ferry_model* m, const SessionConfig& o, const Ke
   }
   if (m->max_conv_patch) r->patches = optional_region(arena, kConvRows, m->max_conv_patch);
   if (m->streamable && c.any_panel_recurrent) {
-    r->lone = arena->reserve(sizeof(LoneStep) * m->num_cells);  // <= 128 cells: no overflow
+    r->lone = arena->reserve(FERRY_SIZEOF_LONE_STEP * m->num_cells);  // <= 128 cells: no overflow
   }
-  if (m->streamable) r->program = arena->reserve(sizeof(StepProgram) + sizeof(StepOp) * step_program_ops(m));
+  if (m->streamable) r->program = arena->reserve(FERRY_SIZEOF_STEP_PROGRAM + FERRY_SIZEOF_STEP_OP * step_program_ops(m));
   if (arena->overflowed()) {
     return fail(FERRY_INVALID_ARGUMENT, "arena for max_batch %zu, max_seq %zu overflows size_t", o.max_batch,
                 o.max_seq);
@@ -238,6 +247,25 @@ void state_reset(ferry_session* s) {
 }
 
 }  // namespace
+
+ferry_status arena_parts(const ferry_model* m, const SessionConfig& config, ArenaParts* out) {
+  KernelChoice choice;
+  ferry_status st = choose_kernels(m, config, &choice);
+  if (st != FERRY_OK) return st;
+  if (choice.any_xnnpack) {
+    return fail(FERRY_UNSUPPORTED, "an XNNPACK session's arena has no portable figure (XNNPACK sizes its own region)");
+  }
+  ArenaPlan arena;
+  arena.reserve(FERRY_SIZEOF_SESSION_HEAD);
+  Regions r;
+  if ((st = plan_regions(m, config, choice, &arena, &r)) != FERRY_OK) return st;
+  out->total = arena.end();
+  out->lone_cells = r.lone ? m->num_cells : 0;
+  out->program_ops = r.program ? step_program_ops(m) : 0;
+  const size_t pointers = FERRY_ARENA_BYTES_CPU(size_t{0}, size_t{out->lone_cells}, out->program_ops);
+  out->portable = out->total - pointers;  // the regions in between, each a multiple of 64 bytes
+  return FERRY_OK;
+}
 
 const Backend kCpuBackend = {
     "cpu", probe, plan, init, run, step, state_get, state_set, state_reset,

@@ -4,6 +4,7 @@
 // reads one buffer and writes the other (or works in place); the result goes
 // out in the output's layout (the input's, or Model.output_layout), with
 // zeros past each sample's length.
+#include "common/build_flags.h"  // first: the flags the numbers depend on
 #include <string.h>
 
 #include "backend/cpu/cpu_backend.h"

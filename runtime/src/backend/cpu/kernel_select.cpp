@@ -1,6 +1,7 @@
 // The per-layer choice of kernel set and of XNNPACK (cpu_backend.h), made
 // once per plan and init: the only place where ferry_backend turns into
 // kernels.
+#include "common/build_flags.h"  // first: the flags the numbers depend on
 #include "backend/cpu/cpu_backend.h"
 #include "common/status.h"
 #include "kernels/registry.h"

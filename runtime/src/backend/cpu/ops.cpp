@@ -11,6 +11,7 @@
 // leaves its last (kernel-1)*dilation inputs there, so a sequence split into
 // ferry_step calls computes exactly the same patches and products as one
 // ferry_run: bit for bit.
+#include "common/build_flags.h"  // first: the flags the numbers depend on
 #include <string.h>
 
 #include "backend/cpu/cpu_backend.h"

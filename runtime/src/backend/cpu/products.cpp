@@ -1,6 +1,7 @@
 // Matrix products over the session's thread pool (cpu_backend.h): the input
 // projections of a chunk of time steps, Linear layers and LSTM projections,
 // on the layer's kernel set or, where chosen, XNNPACK.
+#include "common/build_flags.h"  // first: the flags the numbers depend on
 #include "backend/cpu/cpu_backend.h"
 #include "kernels/xnnpack/xnnpack_fc.h"
 #include "platform/threads.h"

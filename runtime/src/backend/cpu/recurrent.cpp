@@ -38,6 +38,7 @@
 // stacked layers is a wavefront over them (run_wavefront, below): each
 // layer's chunks run on one thread, a chunk behind the layer below; through
 // a bidirectional module, its two directions run side by side.
+#include "common/build_flags.h"  // first: the flags the numbers depend on
 #include <string.h>
 
 #include <atomic>

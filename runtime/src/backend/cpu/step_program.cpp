@@ -11,6 +11,7 @@
 // layers in between ping-pong between the two activation buffers. Each op
 // calls the same kernels with the same arguments as the general path, so a
 // program step is bit-identical to ferry_run.
+#include "common/build_flags.h"  // first: the flags the numbers depend on
 #include <string.h>
 
 #include "backend/cpu/cpu_backend.h"

@@ -3,6 +3,7 @@
 // of the Panel8 weights, and (auto) probed once for bit-identical results
 // against the layer's kernel set. In a build without XNNPACK nothing here is
 // compiled: no layer can choose it (xnn::available() is false).
+#include "common/build_flags.h"  // first: the flags the numbers depend on
 #include <string.h>
 
 #include "backend/cpu/cpu_backend.h"

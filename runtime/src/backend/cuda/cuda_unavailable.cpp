@@ -1,5 +1,6 @@
 // The CUDA backend's entry in a build without it (FERRY_CUDA off): probe
 // says so; nothing else is ever reached (the C API probes first).
+#include "common/build_flags.h"  // first: the flags the numbers depend on
 #include "backend/cuda/cuda_backend.h"
 #include "common/status.h"
 

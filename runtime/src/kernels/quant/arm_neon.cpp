@@ -6,6 +6,7 @@
 // time by kernels/registry.cpp. f16 is AArch64 only: ARMv7 NEON flushes
 // subnormal halves to zero, which the f16 contract (exact conversion)
 // does not allow, so there f16 runs on f16_reference.
+#include "common/build_flags.h"  // first: the flags the numbers depend on
 #include "kernels/quant/quant.h"
 
 #if (defined(__ARM_NEON) || defined(__ARM_NEON__)) && (defined(__aarch64__) || defined(__ARM_FEATURE_FMA))

@@ -4,6 +4,7 @@
 // sums, hence the same bits as i8_neon / i4_neon. AArch64 only; this file
 // alone is compiled with +dotprod and is chosen only where the kernel
 // reports HWCAP_ASIMDDP (kernels/registry.cpp).
+#include "common/build_flags.h"  // first: the flags the numbers depend on
 #include "kernels/quant/quant.h"
 
 #if defined(__aarch64__) && defined(__ARM_FEATURE_DOTPROD)

@@ -16,6 +16,7 @@
 //
 // Built unless FERRY_QUANT_REFERENCE=OFF (FERRY_NO_QUANT_REFERENCE): a
 // firmware that runs f32 models only can leave them out.
+#include "common/build_flags.h"  // first: the flags the numbers depend on
 #include "kernels/quant/quant.h"
 
 #if !defined(FERRY_NO_QUANT_REFERENCE)

@@ -4,6 +4,7 @@
 // CMakeLists.txt) and entered only through its accessors, which
 // kernels/registry.cpp calls after checking the CPU. Integer products with
 // vpmaddubsw + vpmaddwd (ops_x86.h, FERRY_QDOT 0).
+#include "common/build_flags.h"  // first: the flags the numbers depend on
 #include "kernels/quant/quant.h"
 
 #if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)

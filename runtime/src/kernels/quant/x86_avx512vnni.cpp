@@ -12,6 +12,7 @@
 // kernels/registry.cpp. (Not run on the machine it was written on, which
 // has no AVX-512: the kernel-set tests check it against i8_avx2 bit for bit
 // wherever it runs.)
+#include "common/build_flags.h"  // first: the flags the numbers depend on
 #include "kernels/quant/quant.h"
 
 #if defined(__x86_64__) && defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && \

@@ -4,6 +4,7 @@
 // vpmaddubsw + vpmaddwd + vpaddd (ops_x86.h, FERRY_QDOT 1). Same integer
 // sums, hence the same bits as i8_avx2 / i4_avx2. Compiled alone with
 // -mavxvnni; chosen only after the CPU check in kernels/registry.cpp.
+#include "common/build_flags.h"  // first: the flags the numbers depend on
 #include "kernels/quant/quant.h"
 
 #if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__) && defined(__F16C__) && defined(__AVXVNNI__)

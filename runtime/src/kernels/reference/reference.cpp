@@ -1,3 +1,4 @@
+#include "common/build_flags.h"  // first: the flags the numbers depend on
 #include "kernels/reference/reference.h"
 
 #include <math.h>

@@ -6,6 +6,7 @@
 // kernels/registry.cpp hands out after checking the CPU. It includes no
 // header with inline functions shared with other translation units, so no
 // AVX2 code can leak into a baseline caller through the linker.
+#include "common/build_flags.h"  // first: the flags the numbers depend on
 #include "kernels/simd/isa.h"
 
 #if defined(__x86_64__) && defined(__AVX2__) && defined(__FMA__)

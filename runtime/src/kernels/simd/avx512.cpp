@@ -24,6 +24,7 @@
 // the next chunk's input projection in their k loop (step_project: W2).
 // Its batched GRU step is the AVX2 set's (batch_step.inl), which beats the
 // GEMM + update here.
+#include "common/build_flags.h"  // first: the flags the numbers depend on
 #include "kernels/simd/isa.h"
 #include "kernels/reference/reference.h"
 

@@ -1,6 +1,7 @@
 // The SIMD kernels for Arm NEON: AArch64 always, ARMv7 when compiled with
 // NEON (-mfpu=neon*). Same templates as avx2.cpp, on a pair of 4-lane
 // registers per 8-lane vector.
+#include "common/build_flags.h"  // first: the flags the numbers depend on
 #include "kernels/simd/isa.h"
 
 #if defined(__ARM_NEON) || defined(__ARM_NEON__)

@@ -1,3 +1,4 @@
+#include "common/build_flags.h"  // first: the flags the numbers depend on
 #include "kernels/xnnpack/xnnpack_fc.h"
 
 #include "common/status.h"
