@@ -5,7 +5,8 @@
  *   model_data.h  the model as a const, 64-byte aligned array (flash), made
  *                 by `ferry convert model.pt model.fb --c-array model_data.h`
  *   g_handle      the model handle, in .bss: ferry_model_load allocates nothing
- *   g_arena       the session arena, in .bss, sized at build time
+ *   g_arena       the session arena, in .bss, sized at build time by the
+ *                 header's macros (exact; checked against the runtime)
  *
  * Results go to g_result (read it with a debugger) and, when built with
  * FIRMWARE_SEMIHOSTING=1, to the debugger's console through semihosting
@@ -23,21 +24,24 @@
 #include <stdint.h>
 #include <string.h>
 
-/* model_data.h declares model_data[] and model_data_len; the build may name
- * another header (FIRMWARE_MODEL_HEADER) and its array. */
+/* model_data.h declares model_data[] and model_data_len, and the memory
+ * the model takes on this target as macros (MODEL_DATA_ARENA_BYTES, ...);
+ * the build may name another header (FIRMWARE_MODEL_HEADER), its array and
+ * its macros (CMakeLists.txt: from the header's name). */
 #ifndef FIRMWARE_MODEL_HEADER
 #define FIRMWARE_MODEL_HEADER "model_data.h"
 #define FIRMWARE_MODEL model_data
 #define FIRMWARE_MODEL_LEN model_data_len
+#define FIRMWARE_ARENA_BYTES MODEL_DATA_ARENA_BYTES
+#define FIRMWARE_SELFTEST_ARENA_BYTES MODEL_DATA_SELFTEST_ARENA_BYTES
+#define FIRMWARE_HANDLE_BYTES MODEL_DATA_HANDLE_BYTES
 #endif
 #include FIRMWARE_MODEL_HEADER
 
-#ifndef FIRMWARE_ARENA_BYTES
-#define FIRMWARE_ARENA_BYTES (24u * 1024u)
-#endif
-#ifndef FIRMWARE_HANDLE_BYTES
-#define FIRMWARE_HANDLE_BYTES (20u * 1024u)
-#endif
+/* One buffer for the streaming session, then for the self-test: each is
+ * given exactly the bytes the header says. */
+#define FIRMWARE_BUFFER_BYTES \
+  (FIRMWARE_ARENA_BYTES > FIRMWARE_SELFTEST_ARENA_BYTES ? FIRMWARE_ARENA_BYTES : FIRMWARE_SELFTEST_ARENA_BYTES)
 #ifndef FIRMWARE_SEMIHOSTING
 #define FIRMWARE_SEMIHOSTING 0
 #endif
@@ -52,7 +56,7 @@
 #define FIRMWARE_MAX_OUTPUT 64
 
 static uint8_t g_handle[FIRMWARE_HANDLE_BYTES] __attribute__((aligned(FERRY_ALIGNMENT)));
-static uint8_t g_arena[FIRMWARE_ARENA_BYTES] __attribute__((aligned(FERRY_ALIGNMENT)));
+static uint8_t g_arena[FIRMWARE_BUFFER_BYTES] __attribute__((aligned(FERRY_ALIGNMENT)));
 static float g_input[256];
 static float g_output[FIRMWARE_MAX_OUTPUT];
 
@@ -221,10 +225,13 @@ int main(void) {
   put_uint((uint32_t)FIRMWARE_MODEL_LEN);
   put(" bytes in flash\n");
 
-  if (ferry_model_handle_size() > sizeof g_handle) {
-    put("ferry: the model handle needs ");
+  /* The header's figures are exact: a difference is a bug worth stopping for. */
+  if (ferry_model_handle_size() != sizeof g_handle) {
+    put("ferry: the model handle is ");
     put_uint((uint32_t)ferry_model_handle_size());
-    put(" bytes: raise FIRMWARE_HANDLE_BYTES\n");
+    put(" bytes, the header says ");
+    put_uint((uint32_t)sizeof g_handle);
+    put("\n");
     return failed("handle", FERRY_ARENA_TOO_SMALL);
   }
   ferry_model_options options;
@@ -250,15 +257,17 @@ int main(void) {
   size_t arena_bytes = 0;
   st = ferry_session_arena_size(model, &so, &arena_bytes);
   if (st != FERRY_OK) return failed("arena size", st);
-  if (arena_bytes > sizeof g_arena) {
+  if (arena_bytes != FIRMWARE_ARENA_BYTES) {
     put("ferry: the session needs ");
     put_uint((uint32_t)arena_bytes);
-    put(" bytes: raise FIRMWARE_ARENA_BYTES\n");
+    put(" bytes, the header says ");
+    put_uint((uint32_t)FIRMWARE_ARENA_BYTES);
+    put("\n");
     return failed("arena", FERRY_ARENA_TOO_SMALL);
   }
   g_result.arena_bytes = (uint32_t)arena_bytes;
   ferry_session* session = NULL;
-  st = ferry_session_init(model, &so, g_arena, sizeof g_arena, &session);
+  st = ferry_session_init(model, &so, g_arena, FIRMWARE_ARENA_BYTES, &session);
   if (st != FERRY_OK) return failed("session", st);
   const size_t out_n = info.output_size < FIRMWARE_MAX_OUTPUT ? info.output_size : FIRMWARE_MAX_OUTPUT;
   if (info.output_size > FIRMWARE_MAX_OUTPUT) return failed("output too wide", FERRY_UNSUPPORTED);
@@ -307,10 +316,17 @@ int main(void) {
   size_t selftest_bytes = 0;
   st = ferry_selftest_arena_size(model, &selftest_bytes);
   if (st != FERRY_OK) return failed("selftest arena size", st);
-  if (selftest_bytes > sizeof g_arena) return failed("selftest arena", FERRY_ARENA_TOO_SMALL);
+  if (selftest_bytes != FIRMWARE_SELFTEST_ARENA_BYTES) {
+    put("ferry: the self-test needs ");
+    put_uint((uint32_t)selftest_bytes);
+    put(" bytes, the header says ");
+    put_uint((uint32_t)FIRMWARE_SELFTEST_ARENA_BYTES);
+    put("\n");
+    return failed("selftest arena", FERRY_ARENA_TOO_SMALL);
+  }
   int passed = 0;
   float max_error = 0;
-  st = ferry_selftest(model, FERRY_BACKEND_AUTO, g_arena, sizeof g_arena, &passed, &max_error);
+  st = ferry_selftest(model, FERRY_BACKEND_AUTO, g_arena, FIRMWARE_SELFTEST_ARENA_BYTES, &passed, &max_error);
   if (st != FERRY_OK) return failed("selftest", st);
   g_result.selftest_passed = passed;
   g_result.selftest_max_error = max_error;

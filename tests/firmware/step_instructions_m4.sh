@@ -26,7 +26,7 @@ cli=${FERRY_HOST_CLI:-$root/build/converter/ferry}
 
 cmake -S "$root/examples/firmware" -B "$build" -G Ninja -DFERRY_CORTEX_M=cortex-m4 -DFERRY_HOST_CLI="$cli" \
   -DFIRMWARE_MODEL="$model" -DFIRMWARE_GRAPH="$graph" -DFIRMWARE_CONVERT_FLAGS="$flags" \
-  -DFIRMWARE_HANDLE_BYTES=32768 >/dev/null  # room for older commits' handles too
+  >/dev/null
 cmake --build "$build" -j"${FERRY_JOBS:-2}" >"$build.log" 2>&1 || { cat "$build.log"; exit 1; }
 elf=$build/firmware.elf
 trace=$build/exec_trace.log
