@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "arena_parts.h"
 #include "backends.h"
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/dcp.h"
@@ -244,9 +245,111 @@ RecordedChainText recorded_chain_text(const Checkpoint& c, const ModuleSet& modu
 struct InspectOptions {
   std::string file, key, graph, layout, output_layout;
   std::vector<std::string> code;
-  bool json = false, batch_first = false;
+  bool json = false, batch_first = false, memory = false;
+  size_t max_batch = 1, max_seq = 1;  // --memory's session
   CLI::Option *graph_opt = nullptr, *layout_opt = nullptr, *output_layout_opt = nullptr;
 };
+
+// `inspect --memory`: a model file's flash and a session's arena, per layer
+// and per region, on the CPU backend's reference kernels (what a core
+// without SIMD runs; the figure a --c-array header's macros give).
+nlohmann::ordered_json memory_json(const LoadedModel& lm, size_t max_batch, size_t max_seq) {
+  using nlohmann::ordered_json;
+  const auto* m = ferry::fb::GetModel(lm.file.data());
+  ferry_session_options options;
+  ferry_session_options_init(&options);
+  options.backend = FERRY_BACKEND_REFERENCE;
+  options.max_batch = max_batch;
+  options.max_seq = max_seq;
+  ferry::ArenaParts parts;
+  if (ferry::session_arena_parts(lm.model, &options, &parts) != FERRY_OK) {
+    throw Error("--max-batch " + std::to_string(max_batch) + " --max-seq " + std::to_string(max_seq) + ": " +
+                ferry_last_error());
+  }
+  const auto* tensors = m->tensors();
+  const auto tensor_bytes = [tensors](int index) -> uint64_t {
+    if (!tensors || index < 0 || static_cast<uint32_t>(index) >= tensors->size()) return 0;
+    const auto* t = tensors->Get(static_cast<uint32_t>(index));
+    uint64_t bytes = t->size();
+    if (t->scales() >= 0 && static_cast<uint32_t>(t->scales()) < tensors->size()) {
+      bytes += tensors->Get(static_cast<uint32_t>(t->scales()))->size();
+    }
+    return bytes;
+  };
+  ordered_json j;
+  j["file"] = lm.file.size();
+  uint64_t weights = 0;
+  j["layers"] = ordered_json::array();
+  for (uint32_t i = 0; m->layers() && i < m->layers()->size(); ++i) {
+    const auto* l = m->layers()->Get(i);
+    uint64_t flash = tensor_bytes(l->weight()) + tensor_bytes(l->bias());
+    for (uint32_t c = 0; l->cells() && c < l->cells()->size(); ++c) {
+      const auto* cell = l->cells()->Get(c);
+      flash += tensor_bytes(cell->w_ih()) + tensor_bytes(cell->w_hh()) + tensor_bytes(cell->bias()) +
+               tensor_bytes(cell->b_hn()) + tensor_bytes(cell->w_hr());
+    }
+    weights += flash;
+    ordered_json layer;
+    layer["index"] = i;
+    layer["name"] = file_text(l->name(), "");
+    layer["kind"] = ferry::fb::EnumNameLayerKind(l->kind());
+    layer["flash_bytes"] = flash;
+    layer["state_bytes"] = uint64_t{ferry::layer_state_floats(lm.model, i)} * sizeof(float) * max_batch;
+    layer["output_bytes"] = uint64_t{l->output_size()} * sizeof(float) * max_batch;
+    j["layers"].push_back(layer);
+  }
+  j["weights_bytes"] = weights;
+  j["other_file_bytes"] = lm.file.size() - std::min<uint64_t>(weights, lm.file.size());
+  ordered_json arena;
+  arena["max_batch"] = max_batch;
+  arena["max_seq"] = max_seq;
+  arena["bytes"] = parts.total;
+  arena["portable_bytes"] = parts.portable;
+  arena["pointer_width_bits"] = sizeof(void*) * 8;
+  arena["regions"] = ordered_json::array();
+  for (uint32_t r = 0; r < parts.region_count; ++r) {
+    arena["regions"].push_back(ordered_json{{"name", parts.regions[r].name},
+                                            {"bytes", parts.regions[r].bytes},
+                                            {"depends_on_target", parts.regions[r].pointers}});
+  }
+  j["arena"] = arena;
+  j["handle_bytes"] = ferry_model_handle_size();
+  return j;
+}
+
+int inspect_memory(const InspectOptions& o) {
+  LoadedModel lm(o.file);
+  const nlohmann::ordered_json j = memory_json(lm, o.max_batch, o.max_seq);
+  if (o.json) {
+    std::printf("%s\n", j.dump(1, ' ', false, nlohmann::ordered_json::error_handler_t::replace).c_str());
+    return 0;
+  }
+  const auto num = [](const nlohmann::ordered_json& v) { return v.get<unsigned long long>(); };
+  std::printf("%s: memory on the CPU backend with the reference kernels (what a core without SIMD runs)\n",
+              o.file.c_str());
+  std::printf("flash    %llu bytes: the model file, weights %llu, layers, self-test and provenance %llu\n",
+              num(j["file"]), num(j["weights_bytes"]), num(j["other_file_bytes"]));
+  std::printf("\nlayer                         flash   state  output   (bytes at max_batch %zu; state: kept between calls,\n"
+              "                                                  output: its activations, in the shared buffers)\n",
+              o.max_batch);
+  for (const auto& l : j["layers"]) {
+    const std::string label = std::to_string(num(l["index"])) + "  " + l["name"].get<std::string>() + " (" +
+                              l["kind"].get<std::string>() + ")";
+    std::printf("%-26s %8llu %7llu %7llu\n", label.c_str(), num(l["flash_bytes"]), num(l["state_bytes"]),
+                num(l["output_bytes"]));
+  }
+  const auto& a = j["arena"];
+  std::printf("\narena    %llu bytes at max_batch %zu, max_seq %zu on this machine (%u-bit)\n", num(a["bytes"]),
+              o.max_batch, o.max_seq, static_cast<unsigned>(sizeof(void*) * 8));
+  for (const auto& r : a["regions"]) {
+    std::printf("  %-24s %8llu%s\n", r["name"].get<std::string>().c_str(), num(r["bytes"]),
+                r["depends_on_target"].get<bool>() ? "  (holds pointers: its size depends on the target)" : "");
+  }
+  std::printf("handle   %llu bytes (ferry_model_handle_size(), this build's FERRY_MAX_CHAIN %u, FERRY_MAX_CELLS %u)\n",
+              num(j["handle_bytes"]), static_cast<unsigned>(FERRY_MAX_CHAIN), static_cast<unsigned>(FERRY_MAX_CELLS));
+  std::printf("A target's exact figures: `ferry convert ... --c-array model.h` (macros evaluated by its compiler).\n");
+  return 0;
+}
 
 // What `ferry convert` would make of the checkpoint with the same options:
 // the chain, both layouts, the layers and every hyper-parameter it would
@@ -409,6 +512,12 @@ std::string json_text(const InspectOptions& o) {
 }
 
 int run_inspect(const InspectOptions& o) {
+  if (o.memory) {
+    if (!is_model_file(o.file)) {
+      throw UsageError("--memory reads a model file (.fb): convert the checkpoint first");
+    }
+    return inspect_memory(o);
+  }
   if (o.json) {
     std::printf("%s\n", json_text(o).c_str());
     return 0;
@@ -497,6 +606,19 @@ std::shared_ptr<InspectOptions> declare_inspect_options(CLI::App& app) {
       ->required();
   app.add_option("--key", o->key, "The entry of a checkpoint dict that holds the model")->type_name("NAME");
   app.add_flag("--json", o->json, "Print one JSON object instead of text");
+  auto* memory = app.add_flag("--memory", o->memory,
+                              "A model file: its flash and a session's arena per layer and per region (reference "
+                              "kernels)");
+  app.add_option("--max-batch", o->max_batch, "With --memory: the session's max_batch")
+      ->type_name("B")
+      ->check(positive_count(1 << 24))
+      ->needs(memory)
+      ->capture_default_str();
+  app.add_option("--max-seq", o->max_seq, "With --memory: the session's max_seq")
+      ->type_name("T")
+      ->check(positive_count(1 << 30))
+      ->needs(memory)
+      ->capture_default_str();
   app.add_option("--code", o->code,
                  "A checkpoint: plan with the model's Python source, as convert would, and show what was read")
       ->type_name("FILE[:CLASS]");

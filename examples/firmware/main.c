@@ -173,13 +173,19 @@ static void systick_start(void) {
   SYST_CSR = 0x7u; /* CLKSOURCE (processor clock) | TICKINT | ENABLE */
 }
 
-/* Ticks since systick_start; a wrap between the two reads reads again. */
+/* Ticks since systick_start; a wrap between the two reads reads again. A
+ * wrap whose exception is still pending (ICSR.PENDSTSET: the counter has
+ * reloaded, the handler has not run yet) counts too, when the count was
+ * read after the reload. */
+#define SCB_ICSR (*(volatile uint32_t*)0xE000ED04u)
 static uint64_t systick_now(void) {
-  uint32_t wraps, count;
+  uint32_t wraps, count, pending;
   do {
     wraps = g_systick_wraps;
     count = SYST_CVR;
+    pending = (SCB_ICSR >> 26) & 1u;
   } while (wraps != g_systick_wraps);
+  if (pending && count > SYST_RELOAD / 2u) wraps += 1u;
   return (uint64_t)wraps * (SYST_RELOAD + 1u) + (SYST_RELOAD - count);
 }
 

@@ -60,6 +60,11 @@ std::string memory_text(const std::string& name, const CArrayMemory& m) {
          u(a.program_ops) + ")  /* max_batch " + std::to_string(a.batch) + ", max_seq " + std::to_string(a.seq) +
          (i == 0 ? ": streaming, ferry_step" : "") + " */\n";
   }
+  if (m.selftest.batch > 0) {
+    const CArrayArena& a = m.selftest;
+    s += "#define " + p + "_SELFTEST_ARENA_BYTES (FERRY_ARENA_BYTES_CPU(" + u(a.portable) + ", " + u(a.lone_cells) +
+         ", " + u(a.program_ops) + ") + " + u(m.selftest_output_bytes) + ")  /* ferry_selftest(), reference kernels */\n";
+  }
   s += "#if FERRY_MAX_CHAIN < " + std::to_string(m.chain) + " || FERRY_MAX_CELLS < " + std::to_string(m.cells) + "\n";
   s += "#error \"this model needs FERRY_MAX_CHAIN >= " + std::to_string(m.chain) + " and FERRY_MAX_CELLS >= " +
        std::to_string(m.cells) + " (ferry/ferry_sizes.h)\"\n#endif\n\n";

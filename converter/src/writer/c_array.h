@@ -24,6 +24,10 @@ struct CArrayArena {
 struct CArrayMemory {
   uint32_t chain = 0, cells = 0;  // the capacities the model needs
   std::vector<CArrayArena> arenas;  // the first: streaming at batch 1
+  // ferry_selftest's arena on the reference kernels: its session at the
+  // vectors' (batch, seq), then output_bytes (batch 0: no vectors).
+  CArrayArena selftest{0, 0};
+  size_t selftest_output_bytes = 0;
 };
 
 // The C identifier made from a header path: "out/model_data.h" -> "model_data";

@@ -114,6 +114,25 @@ CArrayMemory c_array_memory(const uint8_t* data, size_t size, const std::vector<
     memory.arenas.push_back(a);
   }
   model_capacities(model.get(), &memory.chain, &memory.cells);
+  const auto* st = ::ferry::fb::GetModel(data)->selftest();
+  if (st && st->batch() > 0 && st->output()) {
+    ferry_session_options options;
+    ferry_session_options_init(&options);
+    options.backend = FERRY_BACKEND_REFERENCE;
+    options.max_batch = st->batch();
+    options.max_seq = st->seq();
+    ArenaParts parts;
+    if (session_arena_parts(model.get(), &options, &parts) != FERRY_OK) {
+      throw Error(runtime_error("internal: the self-test's arena"));
+    }
+    size_t selftest_bytes = 0;
+    if (ferry_selftest_arena_size(model.get(), &selftest_bytes) != FERRY_OK) {
+      throw Error(runtime_error("internal: the self-test's arena"));
+    }
+    memory.selftest = CArrayArena{options.max_batch, options.max_seq, selftest_bytes, parts.portable,
+                                  parts.lone_cells, parts.program_ops, {}};
+    memory.selftest_output_bytes = st->output()->size() * sizeof(float);
+  }
   return memory;
 }
 

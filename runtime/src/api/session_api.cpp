@@ -276,6 +276,10 @@ void ferry::model_capacities(const ferry_model* model, uint32_t* chain, uint32_t
   *cells = model->num_cells;
 }
 
+uint32_t ferry::layer_state_floats(const ferry_model* model, uint32_t layer) {
+  return layer < model->num_layers ? model->layers[layer].state_floats : 0;
+}
+
 extern "C" void ferry_session_options_init(ferry_session_options* options) {
   if (!options) return;
   options->struct_size = sizeof(ferry_session_options);

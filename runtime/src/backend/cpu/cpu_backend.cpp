@@ -264,6 +264,36 @@ ferry_status arena_parts(const ferry_model* m, const SessionConfig& config, Aren
   out->program_ops = r.program ? step_program_ops(m) : 0;
   const size_t pointers = FERRY_ARENA_BYTES_CPU(size_t{0}, size_t{out->lone_cells}, out->program_ops);
   out->portable = out->total - pointers;  // the regions in between, each a multiple of 64 bytes
+  // The regions in the order plan_regions lays them out (offset 0: absent,
+  // but for the session head), each up to the next present one.
+  const struct {
+    const char* name;
+    size_t offset;
+    bool pointers;
+  } named[] = {
+      {"session head", 0, true},          {"control block", r.control, true},
+      {"state", r.state, false},          {"activations (A)", r.act_a, false},
+      {"activations (B)", r.act_b, false}, {"gate scratch", r.scratch, false},
+      {"gates", r.gates, false},          {"gates (next chunk)", r.gates_next, false},
+      {"gates (GRU recurrent)", r.gates_rec, false}, {"hidden (new)", r.h_new, false},
+      {"projection", r.h_proj, false},    {"wavefront gates", r.wave_gates, false},
+      {"quantized activations", r.qact, false}, {"quantized scales", r.qscales, false},
+      {"residual slots", r.slots, false}, {"conv patches", r.patches, false},
+      {"lone steps", r.lone, true},       {"step program", r.program, true},
+  };
+  static_assert(sizeof(named) / sizeof(named[0]) <= kMaxArenaRegions, "ArenaParts::regions");
+  out->region_count = 0;
+  size_t offsets[kMaxArenaRegions];
+  for (const auto& n : named) {
+    if (n.offset == 0 && n.name != named[0].name) continue;
+    offsets[out->region_count] = n.offset;
+    out->regions[out->region_count].name = n.name;
+    out->regions[out->region_count].pointers = n.pointers;
+    ++out->region_count;
+  }
+  for (uint32_t i = 0; i < out->region_count; ++i) {
+    out->regions[i].bytes = (i + 1 < out->region_count ? offsets[i + 1] : out->total) - offsets[i];
+  }
   return FERRY_OK;
 }
 
