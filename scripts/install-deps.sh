@@ -29,10 +29,11 @@ for group in ${FERRY_DEPS:-}; do
       # Cross compilers + qemu-user for the aarch64/armv7 test runs
       # (scripts/cross-test.sh), and the bare-metal toolchain with newlib for
       # the Cortex-M firmware build, run on QEMU's mps2 boards
-      # (examples/firmware/build.sh).
+      # (examples/firmware/build.sh), and python3-yaml for the embedded
+      # export's manifest checks (scripts/test-embedded.sh).
       packages+=(g++-aarch64-linux-gnu g++-arm-linux-gnueabihf qemu-user qemu-system-arm
                  gcc-arm-none-eabi binutils-arm-none-eabi libnewlib-arm-none-eabi
-                 libstdc++-arm-none-eabi-newlib libstdc++-arm-none-eabi-dev)
+                 libstdc++-arm-none-eabi-newlib libstdc++-arm-none-eabi-dev python3-yaml)
       # The target's XNNPACK is fetched with `apt-get download pkg:arm64` and
       # unpacked into a private sysroot, never installed (Debian's XNNPACK is
       # not multi-arch co-installable); apt only has to know the architectures.
