@@ -10,8 +10,9 @@
 #      -ffp-contract) and linked into the same firmware for the Cortex-M4F and
 #      the Cortex-M3: the outputs and the self-test error equal the CMake
 #      build's bit for bit on the same QEMU board;
-#   4. the export's Arduino sketch compiled and run on this machine against a
-#      stand-in for the Arduino core (tests/embedded/arduino/).
+#   4. the export's own CMakeLists.txt (its plain-library branch) built on
+#      this machine, and the export's Arduino sketch compiled against it and
+#      a stand-in for the Arduino core (tests/embedded/arduino/), and run.
 #
 #   scripts/test-embedded.sh [BUILD_DIR]       (default build-embedded)
 #
@@ -75,14 +76,18 @@ build_bare() {  # core, cpu flags, qemu machine
 build_bare cortex-m4 "-mcpu=cortex-m4 -mthumb -mfloat-abi=hard -mfpu=fpv4-sp-d16" mps2-an386
 build_bare cortex-m3 "-mcpu=cortex-m3 -mthumb -mfloat-abi=soft" mps2-an385
 
-# 4. The Arduino sketch on this machine, against a stand-in core.
+# 4. The export as a plain CMake library, and the Arduino sketch on this
+# machine against it and a stand-in core.
 sketch=$work/sketch
 rm -rf "$sketch"
 mkdir -p "$sketch"
+cmake -S "$export_dir" -B "$sketch/lib" -G Ninja -DCMAKE_BUILD_TYPE=MinSizeRel > "$sketch/lib.log" 2>&1 &&
+  cmake --build "$sketch/lib" -j"${FERRY_JOBS:-2}" >> "$sketch/lib.log" 2>&1 || {
+  cat "$sketch/lib.log"; say "FAILED: the export's CMakeLists.txt as a plain library"; exit 1; }
 cp "$export_dir/examples/FerryStream/FerryStream.ino" "$sketch/FerryStream.cpp"
-${CXX:-g++} -O1 -I "$root/tests/embedded/arduino" -I "$export_dir/src" -I "$export_dir/examples/FerryStream" \
-  -include Arduino.h "$sketch/FerryStream.cpp" "$root/tests/embedded/arduino/arduino_main.cpp" \
-  $(find "$export_dir/src" -name '*.cpp' | sort) -lm -lpthread -o "$sketch/FerryStream"
+${CXX:-g++} -std=gnu++17 -O1 -I "$root/tests/embedded/arduino" -I "$export_dir/src" \
+  -I "$export_dir/examples/FerryStream" -include Arduino.h "$sketch/FerryStream.cpp" \
+  "$root/tests/embedded/arduino/arduino_main.cpp" "$sketch/lib/libferry_runtime.a" -lm -lpthread -o "$sketch/FerryStream"
 FERRY_SKETCH_LOOPS=5 "$sketch/FerryStream" > "$sketch/run.log"
 cat "$sketch/run.log" | sed 's/^/  /'
 python3 - "$sketch/run.log" <<'EOF'
