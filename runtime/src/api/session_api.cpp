@@ -10,7 +10,6 @@
 #include <type_traits>
 
 #include "backend/backend.h"
-#include "backend/cpu/cpu_backend.h"
 #include "shared/arena_parts.h"
 #include "common/status.h"
 #include "model/model.h"
@@ -263,10 +262,13 @@ ferry_status ferry::session_arena_parts(const ferry_model* model, const ferry_se
   SessionConfig config;
   ferry_status st = read_options(options, &config);
   if (st != FERRY_OK) return st;
-  if (config.backend == FERRY_BACKEND_CUDA) return fail(FERRY_UNSUPPORTED, "a CUDA session's arena has no portable figure");
+  const Backend& backend = backend_for(config.backend);
+  if (!backend.arena_parts) {
+    return fail(FERRY_UNSUPPORTED, "a %s session's arena has no target-independent figure", backend.name);
+  }
   if ((st = plan_session(model, config, &out->total)) != FERRY_OK) return st;  // the checks, and the figure to match
   const size_t total = out->total;
-  if ((st = cpu::arena_parts(model, config, out)) != FERRY_OK) return st;
+  if ((st = backend.arena_parts(model, config, out)) != FERRY_OK) return st;
   if (out->total != total) return fail(FERRY_INVALID_STATE, "internal: the arena parts do not add up");
   return FERRY_OK;
 }

@@ -62,6 +62,8 @@ struct RunCall {
   size_t out_steps;        // steps of a sequence output (1 otherwise)
 };
 
+struct ArenaParts;  // shared/arena_parts.h
+
 struct Backend {
   const char* name;  // of the implementation: "cpu", "cuda"
   ferry_status (*probe)(const ferry_model* model, const SessionConfig& config);
@@ -86,6 +88,10 @@ struct Backend {
   //                 to or from a device can fail (with the message set).
   void (*release)(ferry_session* session) = nullptr;
   ferry_status (*state_status)(const ferry_session* session) = nullptr;
+  // Optional: the arena of `plan` in ferry_sizes.h's parts and named
+  // regions (shared/arena_parts.h), for a backend whose arena has a
+  // target-independent part (the CPU backend); null: it has none.
+  ferry_status (*arena_parts)(const ferry_model* model, const SessionConfig& config, ArenaParts* out) = nullptr;
 };
 
 // The entry for `backend` (a value the C API has range-checked).

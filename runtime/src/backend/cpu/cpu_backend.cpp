@@ -22,6 +22,7 @@
 #include <new>
 
 #include "backend/cpu/cpu_backend.h"
+#include "shared/arena_parts.h"
 #include "common/status.h"
 #include "platform/threads.h"
 
@@ -246,8 +247,7 @@ void state_reset(ferry_session* s) {
   memset(cpu_of(s)->state, 0, s->max_batch * s->model->state_floats * sizeof(float));
 }
 
-}  // namespace
-
+// The Backend entry arena_parts (shared/arena_parts.h).
 ferry_status arena_parts(const ferry_model* m, const SessionConfig& config, ArenaParts* out) {
   KernelChoice choice;
   ferry_status st = choose_kernels(m, config, &choice);
@@ -297,8 +297,10 @@ ferry_status arena_parts(const ferry_model* m, const SessionConfig& config, Aren
   return FERRY_OK;
 }
 
+}  // namespace
+
 const Backend kCpuBackend = {
-    "cpu", probe, plan, init, run, step, state_get, state_set, state_reset,
+    "cpu", probe, plan, init, run, step, state_get, state_set, state_reset, nullptr, nullptr, arena_parts,
 };
 
 }  // namespace cpu

@@ -34,7 +34,6 @@
 #include <string.h>
 
 #include "backend/backend.h"
-#include "shared/arena_parts.h"
 #include "kernels/kernel_set.h"
 #include "model/model.h"
 
@@ -410,9 +409,6 @@ ferry_status xnn_create_ops(ferry_session* s, const KernelChoice& choice, uint8_
 
 // The backend entry (cpu_backend.cpp).
 extern const Backend kCpuBackend;
-
-// A session's arena in ferry_sizes.h's parts (shared/arena_parts.h).
-ferry_status arena_parts(const ferry_model* m, const SessionConfig& config, ArenaParts* out);
 
 }  // namespace cpu
 }  // namespace ferry
