@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets (clang, ASan + UBSan) and fuzzes each one for
-# SECONDS, one after the other; prints per target the executions and the
-# crashes found. Exit status 1 if any target crashed (its input is kept in
+# SECONDS, FERRY_FUZZ_JOBS at a time (one core each); prints per target the
+# executions and the crashes found. Exit status 1 if any target crashed (its input is kept in
 # BUILD/fuzz-artifacts/<target>/: fix the bug, then copy the input to
 # tests/fuzz/regressions/<target>/, where ctest replays it from then on).
 #
@@ -10,6 +10,7 @@
 # Environment:
 #   FERRY_FUZZ_BUILD   build folder (default: build-fuzz in the repository)
 #   FERRY_FUZZ_NICE    nice level for the fuzzers (default 0; 10 on a shared box)
+#   FERRY_FUZZ_JOBS    fuzzers at once (default FERRY_JOBS, else 2)
 #   CC, CXX            compilers (default clang-14 / clang++-14, else clang / clang++)
 #   FERRY_SKIP_DEPS=1  do not run scripts/install-deps.sh (group `fuzz`)
 # The corpus of each target grows in BUILD/fuzz-corpus/<target>/ across runs;
@@ -127,18 +128,14 @@ max_len_for() {
 # --- Fuzz.
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1:handle_abort=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
-summary=()
-crashed=0
-total_execs=0
-for t in "${targets[@]}"; do
-  bin=$build/tests/fuzz/fuzz_$t
-  [ -x "$bin" ] || { echo "fuzz: no target '$t' (have: ${all_targets[*]})" >&2; exit 2; }
-  corpus=$build/fuzz-corpus/$t
-  artifacts=$build/fuzz-artifacts/$t
+# One target: fuzzes it, then writes its summary line, executions and
+# whether it crashed to $build/fuzz-$t.result (read back below, in order).
+fuzz_one() {
+  local t=$1 bin=$build/tests/fuzz/fuzz_$1
+  local corpus=$build/fuzz-corpus/$t artifacts=$build/fuzz-artifacts/$t log=$build/fuzz-$t.log
   mkdir -p "$corpus" "$artifacts" "$seeds/$t"
+  local before after new files execs rc line crashed=0
   before=$(find "$artifacts" -type f | wc -l)
-  log=$build/fuzz-$t.log
-  echo "fuzz: $t for ${seconds}s (log: $log)"
   set +e
   nice -n "$nice_level" "$bin" -max_total_time="$seconds" -print_final_stats=1 -timeout=20 \
     -rss_limit_mb=2560 -max_len="$(max_len_for "$t")" -dict="$(dict_for "$t")" -use_value_profile=1 \
@@ -147,7 +144,6 @@ for t in "${targets[@]}"; do
   set -e
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   execs=${execs:-0}
-  total_execs=$((total_execs + execs))
   after=$(find "$artifacts" -type f | wc -l)
   new=$((after - before))
   files=$(find "$corpus" -type f | wc -l)
@@ -156,9 +152,47 @@ for t in "${targets[@]}"; do
   if [ "$rc" -ne 0 ] || [ "$new" -gt 0 ]; then
     crashed=1
     line="$line  <-- exit $rc; see $log, inputs in $artifacts/"
-    grep -m3 -E "ERROR: |runtime error|invariant broken|SUMMARY" "$log" | sed 's/^/      /' || true
   fi
-  echo "fuzz: $line"
+  printf '%s\n%s\n%s\n' "$crashed" "$execs" "$line" >"$build/fuzz-$t.result"
+}
+
+# Each fuzzer is one process on one core: FERRY_FUZZ_JOBS of them at once
+# (default FERRY_JOBS, else 2), each for the full SECONDS.
+fuzz_jobs=${FERRY_FUZZ_JOBS:-${FERRY_JOBS:-2}}
+for t in "${targets[@]}"; do
+  [ -x "$build/tests/fuzz/fuzz_$t" ] || { echo "fuzz: no target '$t' (have: ${all_targets[*]})" >&2; exit 2; }
+  rm -f "$build/fuzz-$t.result"
+done
+echo "fuzz: ${#targets[@]} targets, ${seconds}s each, $fuzz_jobs at a time"
+running=0
+for t in "${targets[@]}"; do
+  if [ "$running" -ge "$fuzz_jobs" ]; then
+    wait -n || true
+    running=$((running - 1))
+  fi
+  echo "fuzz: $t for ${seconds}s (log: $build/fuzz-$t.log)"
+  fuzz_one "$t" &
+  running=$((running + 1))
+done
+wait || true
+
+summary=()
+crashed=0
+total_execs=0
+for t in "${targets[@]}"; do
+  result=$build/fuzz-$t.result
+  if [ ! -f "$result" ]; then
+    crashed=1
+    summary+=("$(printf '%-12s no result: the run script failed, see %s' "$t" "$build/fuzz-$t.log")")
+    continue
+  fi
+  { read -r c; read -r execs; read -r line; } <"$result"
+  total_execs=$((total_execs + execs))
+  if [ "$c" = 1 ]; then
+    crashed=1
+    echo "fuzz: $line"
+    grep -m3 -E "ERROR: |runtime error|invariant broken|SUMMARY" "$build/fuzz-$t.log" | sed 's/^/      /' || true
+  fi
   summary+=("$line")
 done
 
