@@ -320,10 +320,6 @@ nlohmann::ordered_json memory_json(const LoadedModel& lm, size_t max_batch, size
 int inspect_memory(const InspectOptions& o) {
   LoadedModel lm(o.file);
   const nlohmann::ordered_json j = memory_json(lm, o.max_batch, o.max_seq);
-  if (o.json) {
-    std::printf("%s\n", j.dump(1, ' ', false, nlohmann::ordered_json::error_handler_t::replace).c_str());
-    return 0;
-  }
   const auto num = [](const nlohmann::ordered_json& v) { return v.get<unsigned long long>(); };
   std::printf("%s: memory on the CPU backend with the reference kernels (what a core without SIMD runs)\n",
               o.file.c_str());
@@ -505,23 +501,32 @@ bool is_model_file(const std::string& path) {
 }
 
 // `inspect --json`: a model file's summary or a checkpoint's.
+// --memory reads a model file only.
+void check_memory_file(const InspectOptions& o) {
+  if (o.memory && !is_model_file(o.file)) {
+    throw UsageError("--memory reads a model file (.fb): convert the checkpoint first");
+  }
+}
+
 std::string json_text(const InspectOptions& o) {
+  check_memory_file(o);
+  if (o.memory) {
+    LoadedModel lm(o.file);
+    return memory_json(lm, o.max_batch, o.max_seq)
+        .dump(1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+  }
   if (!is_model_file(o.file)) return checkpoint_json(o);
   LoadedModel lm(o.file);
   return model_json(lm.model, lm.file.data(), lm.file.size(), o.file);
 }
 
 int run_inspect(const InspectOptions& o) {
-  if (o.memory) {
-    if (!is_model_file(o.file)) {
-      throw UsageError("--memory reads a model file (.fb): convert the checkpoint first");
-    }
-    return inspect_memory(o);
-  }
+  check_memory_file(o);
   if (o.json) {
     std::printf("%s\n", json_text(o).c_str());
     return 0;
   }
+  if (o.memory) return inspect_memory(o);
   return is_model_file(o.file) ? inspect_model(o.file) : inspect_checkpoint(o);
 }
 

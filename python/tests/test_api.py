@@ -290,3 +290,19 @@ def test_the_cli_in_process_gives_back_pythons_signal_handlers(capfd):
     assert capfd.readouterr().out.startswith("ferry ")
     with pytest.raises(KeyboardInterrupt):
         signal.raise_signal(signal.SIGINT)  # Python's handler again, not the CLI's
+
+
+def test_memory_as_inspect_memory_and_the_c_array_macros(tmp_path):
+    path = tmp_path / "m.fb"
+    header = tmp_path / "model_data.h"
+    quiet_convert(MODELS / "lstm_2l_tm.pt", path, graph="lstm > last > fc", c_array=header, max_batch=[4], max_seq=[6])
+    m = ferry.Model(path)
+    memory = ferry.inspect(path, memory=True, max_batch=4, max_seq=6)
+    assert memory["arena"]["bytes"] == m.arena_bytes(4, 6, backend="reference")
+    assert sum(r["bytes"] for r in memory["arena"]["regions"]) == memory["arena"]["bytes"]
+    assert [l["name"] for l in memory["layers"]] == [l["name"] for l in m.layers]
+    text = header.read_text()
+    assert "#define MODEL_DATA_ARENA_BYTES_B4_T6 FERRY_ARENA_BYTES_CPU(" in text
+    assert "#define MODEL_DATA_HANDLE_BYTES FERRY_MODEL_HANDLE_BYTES" in text
+    with pytest.raises(ferry.ConvertError, match="--memory reads a model file"):
+        ferry.inspect(MODELS / "lstm_2l_tm.pt", memory=True)
