@@ -605,7 +605,8 @@ std::shared_ptr<InspectOptions> declare_inspect_options(CLI::App& app) {
       "records, the modules they make, what is ignored, and the plan `ferry convert` would make of it with the\n"
       "same --graph / --layout / --batch-first / --output-layout: the chain, both layouts and every\n"
       "hyper-parameter it would assume. A model file: its layers, tensors, sizes, arena size, provenance (with\n"
-      "what the conversion assumed) and the backends that run it.");
+      "what the conversion assumed) and the backends that run it; with --memory, where its flash and RAM go,\n"
+      "per layer and per arena region.");
   app.add_option("FILE", o->file, "A checkpoint (a file or a DCP directory) or a model file")
       ->type_name("PATH")
       ->required();
