@@ -40,7 +40,10 @@ export_dir=$work/ferry-embedded
 python3 "$root/tests/embedded/check_manifests.py" "$export_dir"
 
 # 3. The export as Arduino builds a library: no CMake, no flags of ours.
-arduino_flags_common="-Os -g -ffunction-sections -fdata-sections -fno-threadsafe-statics -fno-rtti -fno-exceptions"
+# (-Wall -Wextra -Werror beyond Arduino's flags: ESP-IDF builds components with
+# -Werror=all, so the export must compile without a warning.)
+arduino_flags_common="-Os -g -ffunction-sections -fdata-sections -fno-threadsafe-statics -fno-rtti -fno-exceptions
+  -Wall -Wextra -Werror"
 build_bare() {  # core, cpu flags, qemu machine
   local core=$1 cpu=$2 machine=$3 out=$work/bare-$1
   rm -rf "$out"
