@@ -64,6 +64,8 @@ std::string memory_text(const std::string& name, const CArrayMemory& m) {
     const CArrayArena& a = m.selftest;
     s += "#define " + p + "_SELFTEST_ARENA_BYTES (FERRY_ARENA_BYTES_CPU(" + u(a.portable) + ", " + u(a.lone_cells) +
          ", " + u(a.program_ops) + ") + " + u(m.selftest_output_bytes) + ")  /* ferry_selftest(), reference kernels */\n";
+  } else {
+    s += "#define " + p + "_SELFTEST_ARENA_BYTES 0u  /* no self-test vectors in this model */\n";
   }
   s += "#if FERRY_MAX_CHAIN < " + std::to_string(m.chain) + " || FERRY_MAX_CELLS < " + std::to_string(m.cells) + "\n";
   s += "#error \"this model needs FERRY_MAX_CHAIN >= " + std::to_string(m.chain) + " and FERRY_MAX_CELLS >= " +
