@@ -60,7 +60,7 @@ std::string memory_text(const std::string& name, const CArrayMemory& m) {
          u(a.program_ops) + ")  /* max_batch " + std::to_string(a.batch) + ", max_seq " + std::to_string(a.seq) +
          (i == 0 ? ": streaming, ferry_step" : "") + " */\n";
   }
-  if (m.selftest.batch > 0) {
+  if (m.has_selftest) {
     const CArrayArena& a = m.selftest;
     s += "#define " + p + "_SELFTEST_ARENA_BYTES (FERRY_ARENA_BYTES_CPU(" + u(a.portable) + ", " + u(a.lone_cells) +
          ", " + u(a.program_ops) + ") + " + u(m.selftest_output_bytes) + ")  /* ferry_selftest(), reference kernels */\n";

@@ -25,8 +25,9 @@ struct CArrayMemory {
   uint32_t chain = 0, cells = 0;  // the capacities the model needs
   std::vector<CArrayArena> arenas;  // the first: streaming at batch 1
   // ferry_selftest's arena on the reference kernels: its session at the
-  // vectors' (batch, seq), then output_bytes (batch 0: no vectors).
-  CArrayArena selftest{0, 0};
+  // vectors' (batch, seq), then selftest_output_bytes; when has_selftest.
+  bool has_selftest = false;
+  CArrayArena selftest;
   size_t selftest_output_bytes = 0;
 };
 

@@ -132,6 +132,7 @@ CArrayMemory c_array_memory(const uint8_t* data, size_t size, const std::vector<
     memory.selftest = CArrayArena{options.max_batch, options.max_seq, selftest_bytes, parts.portable,
                                   parts.lone_cells, parts.program_ops, {}};
     memory.selftest_output_bytes = st->output()->size() * sizeof(float);
+    memory.has_selftest = true;
   }
   return memory;
 }
