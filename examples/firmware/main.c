@@ -138,6 +138,18 @@ static int failed(const char* what, ferry_status status) {
   return 1;
 }
 
+/* A size the runtime asks for that is not the model header's figure. */
+static int header_differs(const char* what, size_t runtime_bytes, size_t header_bytes) {
+  put("ferry: the ");
+  put(what);
+  put(" takes ");
+  put_uint((uint32_t)runtime_bytes);
+  put(" bytes, the header says ");
+  put_uint((uint32_t)header_bytes);
+  put("\n");
+  return failed(what, FERRY_ARENA_TOO_SMALL);
+}
+
 /* --------------------------------------------------------- cycle count -- */
 
 #define DEMCR (*(volatile uint32_t*)0xE000EDFCu)
@@ -233,12 +245,7 @@ int main(void) {
 
   /* The header's figures are exact: a difference is a bug worth stopping for. */
   if (ferry_model_handle_size() != sizeof g_handle) {
-    put("ferry: the model handle is ");
-    put_uint((uint32_t)ferry_model_handle_size());
-    put(" bytes, the header says ");
-    put_uint((uint32_t)sizeof g_handle);
-    put("\n");
-    return failed("handle", FERRY_ARENA_TOO_SMALL);
+    return header_differs("handle", ferry_model_handle_size(), sizeof g_handle);
   }
   ferry_model_options options;
   memset(&options, 0, sizeof options);
@@ -263,14 +270,7 @@ int main(void) {
   size_t arena_bytes = 0;
   st = ferry_session_arena_size(model, &so, &arena_bytes);
   if (st != FERRY_OK) return failed("arena size", st);
-  if (arena_bytes != FIRMWARE_ARENA_BYTES) {
-    put("ferry: the session needs ");
-    put_uint((uint32_t)arena_bytes);
-    put(" bytes, the header says ");
-    put_uint((uint32_t)FIRMWARE_ARENA_BYTES);
-    put("\n");
-    return failed("arena", FERRY_ARENA_TOO_SMALL);
-  }
+  if (arena_bytes != FIRMWARE_ARENA_BYTES) return header_differs("arena", arena_bytes, FIRMWARE_ARENA_BYTES);
   g_result.arena_bytes = (uint32_t)arena_bytes;
   ferry_session* session = NULL;
   st = ferry_session_init(model, &so, g_arena, FIRMWARE_ARENA_BYTES, &session);
@@ -328,12 +328,7 @@ int main(void) {
   st = ferry_selftest_arena_size(model, &selftest_bytes);
   if (st != FERRY_OK) return failed("selftest arena size", st);
   if (selftest_bytes != FIRMWARE_SELFTEST_ARENA_BYTES) {
-    put("ferry: the self-test needs ");
-    put_uint((uint32_t)selftest_bytes);
-    put(" bytes, the header says ");
-    put_uint((uint32_t)FIRMWARE_SELFTEST_ARENA_BYTES);
-    put("\n");
-    return failed("selftest arena", FERRY_ARENA_TOO_SMALL);
+    return header_differs("selftest arena", selftest_bytes, FIRMWARE_SELFTEST_ARENA_BYTES);
   }
   int passed = 0;
   float max_error = 0;

@@ -6,7 +6,6 @@
 // firmware takes its arena and handle from the header and checks them).
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -17,9 +16,11 @@
 
 #include "cli_runner.h"
 #include "ferry/ferry.h"
+#include "random_models.h"  // AlignedBytes
 
 namespace {
 
+using ferry::test::AlignedBytes;
 using ferry::test::read_bytes;
 using ferry::test::read_text;
 using ferry::test::run_ferry;
@@ -70,14 +71,6 @@ Macros parse_macros(const std::string& text) {
   return m;
 }
 
-struct AlignedFree {
-  void operator()(void* p) const { std::free(p); }
-};
-std::unique_ptr<uint8_t, AlignedFree> aligned(size_t bytes) {
-  return std::unique_ptr<uint8_t, AlignedFree>(
-      static_cast<uint8_t*>(std::aligned_alloc(FERRY_ALIGNMENT, (bytes + FERRY_ALIGNMENT) / FERRY_ALIGNMENT * FERRY_ALIGNMENT)));
-}
-
 class MemoryMacros : public ::testing::TestWithParam<Fixture> {};
 
 TEST_P(MemoryMacros, EqualWhatTheRuntimeAsksAndInspectSaysTheSame) {
@@ -90,10 +83,9 @@ TEST_P(MemoryMacros, EqualWhatTheRuntimeAsksAndInspectSaysTheSame) {
   ASSERT_EQ(c.status, 0) << c.err;
   const Macros macros = parse_macros(read_text(dir / "model_data.h"));
   const std::vector<uint8_t> bytes = read_bytes(dir / "m.fb");
-  auto data = aligned(bytes.size());
-  std::copy(bytes.begin(), bytes.end(), data.get());
+  const AlignedBytes data(bytes.data(), bytes.size());
   ferry_model* model = nullptr;
-  ASSERT_EQ(ferry_model_load(data.get(), bytes.size(), nullptr, &model), FERRY_OK) << ferry_last_error();
+  ASSERT_EQ(ferry_model_load(data.data(), data.size(), nullptr, &model), FERRY_OK) << ferry_last_error();
   const std::unique_ptr<ferry_model, void (*)(ferry_model*)> owner(model, ferry_model_free);
   ferry_model_info info{};
   info.struct_size = sizeof info;
@@ -116,21 +108,21 @@ TEST_P(MemoryMacros, EqualWhatTheRuntimeAsksAndInspectSaysTheSame) {
     size_t need = 0;
     ASSERT_EQ(ferry_session_arena_size(model, &o, &need), FERRY_OK) << ferry_last_error();
     EXPECT_EQ(macros.arena.at(suffix), need) << suffix;
-    auto arena = aligned(need);
+    const AlignedBytes arena(need);
     ferry_session* s = nullptr;
-    EXPECT_EQ(ferry_session_init(model, &o, arena.get(), macros.arena.at(suffix), &s), FERRY_OK) << ferry_last_error();
-    EXPECT_EQ(ferry_session_init(model, &o, arena.get(), macros.arena.at(suffix) - 1, &s), FERRY_ARENA_TOO_SMALL);
+    EXPECT_EQ(ferry_session_init(model, &o, arena.data(), macros.arena.at(suffix), &s), FERRY_OK) << ferry_last_error();
+    EXPECT_EQ(ferry_session_init(model, &o, arena.data(), macros.arena.at(suffix) - 1, &s), FERRY_ARENA_TOO_SMALL);
   }
   // The self-test on the reference kernels, in exactly its figure.
   ASSERT_TRUE(macros.arena.count("_SELFTEST"));
   const size_t st = macros.arena.at("_SELFTEST");
-  auto arena = aligned(st);
+  const AlignedBytes arena(st);
   int passed = 0;
   float max_error = 0;
-  EXPECT_EQ(ferry_selftest(model, FERRY_BACKEND_REFERENCE, arena.get(), st, &passed, &max_error), FERRY_OK)
+  EXPECT_EQ(ferry_selftest(model, FERRY_BACKEND_REFERENCE, arena.data(), st, &passed, &max_error), FERRY_OK)
       << ferry_last_error();
   EXPECT_EQ(passed, 1);
-  EXPECT_EQ(ferry_selftest(model, FERRY_BACKEND_REFERENCE, arena.get(), st - 1, &passed, &max_error),
+  EXPECT_EQ(ferry_selftest(model, FERRY_BACKEND_REFERENCE, arena.data(), st - 1, &passed, &max_error),
             FERRY_ARENA_TOO_SMALL);
 
   // inspect --memory: the same arena, the regions adding up to it, the
