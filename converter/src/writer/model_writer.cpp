@@ -130,11 +130,12 @@ class SharedMapping {
 void complete(uint8_t* data, size_t size, const ModelPlan& plan, const WriteOptions& options, WrittenModel& out,
               std::optional<AtomicFile>& header) {
   if (plan.source_sha256_async) fill_source_sha256(data, plan.source_sha256_async());
-  out.arena_bytes = complete_with_runtime(data, size, plan.selftest.relative_tolerance);
+  CArrayMemory memory;
+  out.arena_bytes = complete_with_runtime(data, size, plan.selftest.relative_tolerance,
+                                          options.c_array_path ? &memory : nullptr, options.c_array_arenas);
   if (!options.c_array_path) return;
   out.c_array_name = c_array_name(*options.c_array_path);
   header.emplace(*options.c_array_path);
-  const CArrayMemory memory = c_array_memory(data, size, options.c_array_arenas);
   const std::string text = c_array_text(data, size, out.c_array_name, options.c_array_source, &memory);
   header->write(reinterpret_cast<const uint8_t*>(text.data()), text.size());
 }

@@ -17,14 +17,21 @@ namespace {
 
 std::string runtime_error(const char* what) { return std::string(what) + ": " + ferry_last_error(); }
 
+// A session on the reference backend (machine-independent, as the schema
+// defines it) for (max_batch, max_seq).
+ferry_session_options reference_options(size_t max_batch, size_t max_seq) {
+  ferry_session_options options;
+  ferry_session_options_init(&options);
+  options.backend = FERRY_BACKEND_REFERENCE;
+  options.max_batch = max_batch;
+  options.max_seq = max_seq;
+  return options;
+}
+
 // Runs the stored self-test input on the reference backend and stores the
 // output and the tolerance in place.
 void fill_selftest(const ferry_model* model, ::ferry::fb::SelfTest* st, float relative_tolerance) {
-  ferry_session_options opt;
-  ferry_session_options_init(&opt);
-  opt.max_batch = st->batch();
-  opt.max_seq = st->seq();
-  opt.backend = FERRY_BACKEND_REFERENCE;
+  const ferry_session_options opt = reference_options(st->batch(), st->seq());
   size_t arena_bytes = 0;
   if (ferry_session_arena_size(model, &opt, &arena_bytes) != FERRY_OK) {
     throw Error(runtime_error("internal: self-test arena size"));
@@ -53,9 +60,56 @@ void fill_selftest(const ferry_model* model, ::ferry::fb::SelfTest* st, float re
   }
 }
 
+// The arena of the reference kernels at (max_batch, max_seq) in
+// ferry_sizes.h's parts, or the runtime's refusal in `refused`.
+CArrayArena arena_figure(const ferry_model* model, size_t max_batch, size_t max_seq) {
+  const ferry_session_options options = reference_options(max_batch, max_seq);
+  CArrayArena a;
+  a.batch = max_batch;
+  a.seq = max_seq;
+  ArenaParts parts;
+  if (session_arena_parts(model, &options, &parts) != FERRY_OK) {
+    a.refused = ferry_last_error();
+    return a;
+  }
+  // This machine's figure, added up as the header will add it.
+  if (FERRY_ARENA_BYTES_CPU(parts.portable, size_t{parts.lone_cells}, parts.program_ops) != parts.total) {
+    throw Error("internal: ferry_sizes.h's arena parts do not add up to ferry_session_arena_size()");
+  }
+  a.total = parts.total;
+  a.portable = parts.portable;
+  a.lone_cells = parts.lone_cells;
+  a.program_ops = parts.program_ops;
+  return a;
+}
+
+// What the --c-array header's memory macros say, from the loaded model.
+CArrayMemory c_array_memory(const ferry_model* model, const uint8_t* data,
+                            const std::vector<std::pair<size_t, size_t>>& arenas) {
+  CArrayMemory memory;
+  memory.arenas.push_back(arena_figure(model, 1, 1));  // streaming; a refusal is written as a comment
+  for (const auto& [batch, seq] : arenas) {
+    memory.arenas.push_back(arena_figure(model, batch, seq));
+    if (!memory.arenas.back().refused.empty()) {
+      throw Error("--max-batch " + std::to_string(batch) + " --max-seq " + std::to_string(seq) + ": " +
+                  memory.arenas.back().refused);
+    }
+  }
+  model_capacities(model, &memory.chain, &memory.cells);
+  const auto* st = ::ferry::fb::GetModel(data)->selftest();
+  if (st && st->batch() > 0 && st->output()) {
+    memory.selftest = arena_figure(model, st->batch(), st->seq());
+    if (!memory.selftest.refused.empty()) throw Error("internal: the self-test's arena: " + memory.selftest.refused);
+    memory.selftest_output_bytes = st->output()->size() * sizeof(float);
+    memory.has_selftest = true;
+  }
+  return memory;
+}
+
 }  // namespace
 
-uint64_t complete_with_runtime(uint8_t* data, size_t size, float relative_tolerance) {
+uint64_t complete_with_runtime(uint8_t* data, size_t size, float relative_tolerance, CArrayMemory* c_array,
+                               const std::vector<std::pair<size_t, size_t>>& c_array_arenas) {
   ferry_model* loaded = nullptr;
   if (ferry_model_load(data, size, nullptr, &loaded) != FERRY_OK) {
     throw Error(runtime_error("internal: the runtime refuses the written model"));
@@ -63,9 +117,7 @@ uint64_t complete_with_runtime(uint8_t* data, size_t size, float relative_tolera
   const std::unique_ptr<ferry_model, void (*)(ferry_model*)> model(loaded, ferry_model_free);
 
   size_t arena = 0;
-  ferry_session_options options;
-  ferry_session_options_init(&options);
-  options.backend = FERRY_BACKEND_REFERENCE;
+  const ferry_session_options options = reference_options(1, 1);
   if (ferry_session_arena_size(model.get(), &options, &arena) != FERRY_OK) {
     throw Error(runtime_error("internal: arena size"));
   }
@@ -73,68 +125,8 @@ uint64_t complete_with_runtime(uint8_t* data, size_t size, float relative_tolera
   auto* file = ::ferry::fb::GetMutableModel(data);
   if (auto* st = file->mutable_selftest(); st && st->batch() > 0) fill_selftest(model.get(), st, relative_tolerance);
   if (!file->mutate_arena_bytes_stream_b1(arena)) throw Error("internal: the arena size field is missing");
+  if (c_array) *c_array = c_array_memory(model.get(), data, c_array_arenas);
   return arena;
-}
-
-CArrayMemory c_array_memory(const uint8_t* data, size_t size, const std::vector<std::pair<size_t, size_t>>& arenas) {
-  ferry_model* loaded = nullptr;
-  if (ferry_model_load(data, size, nullptr, &loaded) != FERRY_OK) {
-    throw Error(runtime_error("internal: the runtime refuses the written model"));
-  }
-  const std::unique_ptr<ferry_model, void (*)(ferry_model*)> model(loaded, ferry_model_free);
-  CArrayMemory memory;
-  std::vector<std::pair<size_t, size_t>> all{{1, 1}};
-  all.insert(all.end(), arenas.begin(), arenas.end());
-  for (size_t i = 0; i < all.size(); ++i) {
-    ferry_session_options options;
-    ferry_session_options_init(&options);
-    options.backend = FERRY_BACKEND_REFERENCE;
-    options.max_batch = all[i].first;
-    options.max_seq = all[i].second;
-    ArenaParts parts;
-    CArrayArena a;
-    a.batch = all[i].first;
-    a.seq = all[i].second;
-    if (session_arena_parts(model.get(), &options, &parts) != FERRY_OK) {
-      if (i > 0) {
-        throw Error("--max-batch " + std::to_string(a.batch) + " --max-seq " + std::to_string(a.seq) + ": " +
-                    ferry_last_error());
-      }
-      a.refused = ferry_last_error();
-    } else {
-      // This machine's figure, added up as the header will add it.
-      if (FERRY_ARENA_BYTES_CPU(parts.portable, size_t{parts.lone_cells}, parts.program_ops) != parts.total) {
-        throw Error("internal: ferry_sizes.h's arena parts do not add up to ferry_session_arena_size()");
-      }
-      a.total = parts.total;
-      a.portable = parts.portable;
-      a.lone_cells = parts.lone_cells;
-      a.program_ops = parts.program_ops;
-    }
-    memory.arenas.push_back(a);
-  }
-  model_capacities(model.get(), &memory.chain, &memory.cells);
-  const auto* st = ::ferry::fb::GetModel(data)->selftest();
-  if (st && st->batch() > 0 && st->output()) {
-    ferry_session_options options;
-    ferry_session_options_init(&options);
-    options.backend = FERRY_BACKEND_REFERENCE;
-    options.max_batch = st->batch();
-    options.max_seq = st->seq();
-    ArenaParts parts;
-    if (session_arena_parts(model.get(), &options, &parts) != FERRY_OK) {
-      throw Error(runtime_error("internal: the self-test's arena"));
-    }
-    size_t selftest_bytes = 0;
-    if (ferry_selftest_arena_size(model.get(), &selftest_bytes) != FERRY_OK) {
-      throw Error(runtime_error("internal: the self-test's arena"));
-    }
-    memory.selftest = CArrayArena{options.max_batch, options.max_seq, selftest_bytes, parts.portable,
-                                  parts.lone_cells, parts.program_ops, {}};
-    memory.selftest_output_bytes = st->output()->size() * sizeof(float);
-    memory.has_selftest = true;
-  }
-  return memory;
 }
 
 }  // namespace ferry::conv

@@ -20,14 +20,14 @@ namespace ferry::conv {
 // are written in place into `data` (the arena field, the golden output, and
 // the tolerance relative_tolerance * max(1, max |output|)). Returns the arena
 // size.
-uint64_t complete_with_runtime(uint8_t* data, size_t size, float relative_tolerance);
-
-// What the --c-array header's memory macros say (writer/c_array.h), from the
-// complete model: the capacities it needs, and per (max_batch, max_seq) the
-// arena of the reference kernels in ferry_sizes.h's parts. The first figure
-// is streaming at batch 1; one the runtime refuses (a Conv1d needing more
-// steps) carries its message instead. A (batch, seq) in `arenas` that the
-// runtime refuses is an Error naming it.
-CArrayMemory c_array_memory(const uint8_t* data, size_t size, const std::vector<std::pair<size_t, size_t>>& arenas);
+//
+// With `c_array`, also what the --c-array header's memory macros say
+// (writer/c_array.h): the capacities the model needs, and the arena of the
+// reference kernels in ferry_sizes.h's parts, streaming at batch 1 (one the
+// runtime refuses, a Conv1d needing more steps, carries its message
+// instead), per (max_batch, max_seq) of `c_array_arenas` (a refused one is an
+// Error naming it) and for the self-test.
+uint64_t complete_with_runtime(uint8_t* data, size_t size, float relative_tolerance, CArrayMemory* c_array = nullptr,
+                               const std::vector<std::pair<size_t, size_t>>& c_array_arenas = {});
 
 }  // namespace ferry::conv

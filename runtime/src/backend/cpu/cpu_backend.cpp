@@ -136,15 +136,23 @@ ferry_status plan(const ferry_model* m, const SessionConfig& config, ArenaPlan* 
   return FERRY_OK;
 }
 
+// The whole arena of a session, as init lays it out: the kernel choice, the
+// ferry_session header, then the backend's regions.
+ferry_status lay_out(const ferry_model* m, const SessionConfig& config, KernelChoice* choice, ArenaPlan* arena,
+                     Regions* r) {
+  const ferry_status st = choose_kernels(m, config, choice);
+  if (st != FERRY_OK) return st;
+  arena->reserve(sizeof(ferry_session));
+  return plan_regions(m, config, *choice, arena, r);
+}
+
 ferry_status init(ferry_session* s, const SessionConfig& config, uint8_t* base) {
   const ferry_model* m = s->model;
   KernelChoice choice;
-  ferry_status st = choose_kernels(m, config, &choice);
-  if (st != FERRY_OK) return st;
   ArenaPlan arena;
-  arena.reserve(sizeof(ferry_session));
   Regions r;
-  if ((st = plan_regions(m, config, choice, &arena, &r)) != FERRY_OK) return st;
+  ferry_status st = lay_out(m, config, &choice, &arena, &r);
+  if (st != FERRY_OK) return st;
   const auto region = [base](size_t offset) {
     return offset ? reinterpret_cast<float*>(base + offset) : nullptr;
   };
@@ -250,15 +258,13 @@ void state_reset(ferry_session* s) {
 // The Backend entry arena_parts (shared/arena_parts.h).
 ferry_status arena_parts(const ferry_model* m, const SessionConfig& config, ArenaParts* out) {
   KernelChoice choice;
-  ferry_status st = choose_kernels(m, config, &choice);
+  ArenaPlan arena;
+  Regions r;
+  const ferry_status st = lay_out(m, config, &choice, &arena, &r);
   if (st != FERRY_OK) return st;
   if (choice.any_xnnpack) {
     return fail(FERRY_UNSUPPORTED, "an XNNPACK session's arena has no portable figure (XNNPACK sizes its own region)");
   }
-  ArenaPlan arena;
-  arena.reserve(FERRY_SIZEOF_SESSION_HEAD);
-  Regions r;
-  if ((st = plan_regions(m, config, choice, &arena, &r)) != FERRY_OK) return st;
   out->total = arena.end();
   out->lone_cells = r.lone ? m->num_cells : 0;
   out->program_ops = r.program ? step_program_ops(m) : 0;
