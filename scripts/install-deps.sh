@@ -11,6 +11,7 @@ packages=(
   libxnnpack-dev libpthreadpool-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   nlohmann-json3-dev libssl-dev zlib1g-dev libcli11-dev
+  graphviz  # the tests render every fixture's `ferry inspect --dot` with Graphviz's dot
 )
 # Extra groups, asked for by name: FERRY_DEPS="fixtures bench cross".
 foreign_archs=()

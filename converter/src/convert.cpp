@@ -119,6 +119,10 @@ ConvertResult convert(const ConvertRequest& request) {
   const auto stage = [&request](const std::string& what) {
     if (request.stage) request.stage(what);
   };
+  // --meta first: a mistake there is reported before any long work.
+  std::vector<MetaValue> metadata;
+  for (const std::string& word : request.metadata) metadata.push_back(parse_meta(word));
+  check_meta(metadata);
   stage("reading " + request.input);
   LoadOptions load;
   load.key = request.key;
@@ -233,11 +237,13 @@ ConvertResult convert(const ConvertRequest& request) {
                                                          code->class_where.substr(0, code->class_where.rfind(':'))
                                               : std::string());
   plan.converter_version = std::string("ferry ") + FERRY_VERSION_STRING;
+  plan.metadata = metadata;
 
   ConvertResult result;
   ConvertReport& report = result.report;
   report.input_bytes = input.bytes();
   report.form = checkpoint.form;
+  for (const MetaValue& v : metadata) report.metadata.emplace_back(v.key, describe_meta(v));
   report.tensor_count = checkpoint.tensors.size();
   std::set<std::string> locations;
   for (const TensorRef& t : checkpoint.tensors)

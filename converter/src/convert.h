@@ -54,6 +54,9 @@ struct ConvertRequest {
   // batch 1, one per (batch, seq) of their product.
   std::vector<size_t> c_array_batches, c_array_seqs;
   SelfTestPolicy selftest = SelfTestPolicy::Auto;
+  // --meta KEY=VALUE: the user's metadata, stored in the file in this order
+  // (plan/user_metadata.h says what VALUE may be).
+  std::vector<std::string> metadata;
   // Read and plan only (`ferry inspect`): the report's read and planned
   // parts; nothing is quantized or written, no self-test is planned.
   bool plan_only = false;
@@ -113,6 +116,7 @@ struct ConvertReport {
   std::optional<CodeRead> code;
   uint64_t weight_bytes = 0;                   // float32 weights as planned
   bool selftest_stored = false;
+  std::vector<std::pair<std::string, std::string>> metadata;  // --meta: key, describe_meta()
   // Quantized (after on_plan; quantization.requested empty when not asked).
   std::vector<LayerPrecision> precisions;  // per weighted layer (index into `layers`)
   std::vector<std::string> fallback_moves;

@@ -42,13 +42,15 @@ ThreadPool::ThreadPool(size_t count) : threads(count) {
 
 ThreadPool::~ThreadPool() { ferry_threadpool_destroy(pool); }
 
-CliSession::CliSession(const ferry_model* model, size_t batch, size_t seq, ferry_backend backend, void* threadpool) {
+CliSession::CliSession(const ferry_model* model, size_t batch, size_t seq, ferry_backend backend, void* threadpool,
+                       const ferry_profiler* profiler) {
   ferry_session_options opt;
   ferry_session_options_init(&opt);
   opt.max_batch = batch;
   opt.max_seq = seq;
   opt.backend = backend;
   opt.threadpool = threadpool;
+  opt.profiler = profiler;
   check(ferry_session_arena_size(model, &opt, &arena_bytes), "arena size");
   arena = std::aligned_alloc(FERRY_ALIGNMENT, (arena_bytes + FERRY_ALIGNMENT - 1) / FERRY_ALIGNMENT * FERRY_ALIGNMENT);
   if (!arena) throw Error("cannot allocate a " + std::to_string(arena_bytes) + "-byte arena");
@@ -58,6 +60,9 @@ CliSession::CliSession(const ferry_model* model, size_t batch, size_t seq, ferry
   }
 }
 
-CliSession::~CliSession() { std::free(arena); }
+CliSession::~CliSession() {
+  ferry_session_release(session);  // a device backend's memory and streams; a no-op on the CPU
+  std::free(arena);
+}
 
 }  // namespace ferry::cli

@@ -43,7 +43,8 @@ struct CliSession {
   ferry_session* session = nullptr;
   size_t arena_bytes = 0;
   void* arena = nullptr;
-  CliSession(const ferry_model* model, size_t batch, size_t seq, ferry_backend backend, void* threadpool);
+  CliSession(const ferry_model* model, size_t batch, size_t seq, ferry_backend backend, void* threadpool,
+             const ferry_profiler* profiler = nullptr);
   ~CliSession();
   CliSession(const CliSession&) = delete;
   CliSession& operator=(const CliSession&) = delete;

@@ -11,6 +11,7 @@
 #include "cli_model.h"
 #include "commands.h"
 #include "ferry/ferry_generated.h"
+#include "io/atomic_file.h"
 #include "seeded_floats.h"
 #include "weight_layout.h"
 
@@ -61,11 +62,68 @@ ModelCost model_cost(const ferry::fb::Model* m) {
 namespace {
 
 struct BenchOptions {
-  std::string model, backend = "auto";
-  size_t batch = 1, seq = 64, threads = 1, repeat = 0;
-  bool stream = false, json = false;
+  std::string model, backend = "auto", trace;
+  size_t batch = 1, seq = 64, threads = 1, repeat = 0, trace_runs = 20;
+  bool stream = false, json = false, per_layer = false;
   CLI::Option* repeat_opt = nullptr;
 };
+
+using Clock = std::chrono::steady_clock;
+
+// The profiler of --per-layer (ferry_profiler): each layer's time in the
+// current sample, summed over its calls, and, while `tracing`, one trace
+// event per layer per call into `events` (reserved beforehand: the callback
+// allocates nothing, so it adds only two clock reads to the layer's time).
+struct LayerClock {
+  struct Event {
+    uint32_t layer;  // kCall: a whole ferry_run / ferry_step
+    Clock::time_point begin;
+    double us;
+  };
+  static constexpr uint32_t kCall = ~0u;
+  std::vector<Clock::time_point> began;
+  std::vector<double> sample_us;  // per layer, this sample
+  std::vector<Event> events;
+  bool tracing = false;
+
+  explicit LayerClock(size_t layers) : began(layers), sample_us(layers) {}
+
+  static void on_layer(void* context, size_t layer, int end) {
+    LayerClock* c = static_cast<LayerClock*>(context);
+    const Clock::time_point now = Clock::now();
+    if (!end) {
+      c->began[layer] = now;
+      return;
+    }
+    const double us = std::chrono::duration<double, std::micro>(now - c->began[layer]).count();
+    c->sample_us[layer] += us;
+    if (c->tracing && c->events.size() < c->events.capacity()) {
+      c->events.push_back(Event{static_cast<uint32_t>(layer), c->began[layer], us});
+    }
+  }
+};
+
+// Index of the value at quantile q of sorted `v`.
+double quantile(const std::vector<double>& sorted, double q) {
+  return sorted[std::min(sorted.size() - 1, static_cast<size_t>(q * (sorted.size() - 1) + 0.5))];
+}
+
+std::string json_string(const std::string& s) {
+  std::string out = "\"";
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += static_cast<char>(c);
+    } else if (c < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", c);
+      out += buf;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  return out + "\"";
+}
 
 // Times ferry_run (or, with --stream, ferry_step one time step at a time) on
 // seeded random input: repeated samples, median and spread, single-threaded
@@ -82,13 +140,18 @@ int run_bench(const BenchOptions& o) {
   info.struct_size = sizeof(info);
   check(ferry_model_get_info(lm.model, &info), "model info");
   const size_t seq = info.has_time_axis ? o.seq : 1;
-  if (stream && !info.streamable) throw Error("'" + path + "': --stream: the model has a bidirectional layer");
   if (stream && !info.has_time_axis) throw UsageError("--stream needs a model with a time axis");
 
   const ferry_backend backend = parse_backend(o.backend);
   const CliSession cli_session(lm.model, batch, stream ? 1 : seq, backend, pool.pool);
   ferry_session* session = cli_session.session;
   const size_t arena_bytes = cli_session.arena_bytes;
+  if (stream && !info.streamable) {
+    // ferry_step says why (the layer: bidirectional, or a conv that looks ahead).
+    std::vector<float> zeros(batch * info.input_size), out(batch * info.output_size);
+    ferry_step(session, zeros.data(), batch, out.data(), out.size());
+    throw Error("'" + path + "': --stream: " + ferry_last_error());
+  }
 
   // Seeded input in the model's layout.
   std::vector<float> x(batch * seq * info.input_size);
@@ -125,28 +188,138 @@ int run_bench(const BenchOptions& o) {
     const double one = std::chrono::duration<double>(clock::now() - t0).count();
     repeat = std::max<size_t>(5, std::min<size_t>(10000, static_cast<size_t>(0.5 / std::max(one, 1e-9))));
   }
+  // --per-layer: a second session, the same options and a profiler,
+  // sampled right after each plain sample (so both see the same machine).
+  const ferry::fb::Model* fm = ferry::fb::GetModel(lm.file.data());
+  const size_t layers = fm->layers()->size();
+  LayerClock layer_clock(layers);
+  const ferry_profiler profiler{&layer_clock, &LayerClock::on_layer};
+  std::unique_ptr<CliSession> profiled;
+  std::vector<std::vector<double>> layer_us(layers);
+  std::vector<double> profiled_us;
+  const bool per_layer = o.per_layer || !o.trace.empty();
+  if (per_layer) {
+    profiled = std::make_unique<CliSession>(lm.model, batch, stream ? 1 : seq, backend, pool.pool, &profiler);
+  }
+  // One call of a traced sample: its own event around the layers'.
+  const auto traced_sample = [&] {
+    const size_t calls = stream ? seq : 1;
+    for (size_t t = 0; t < calls; ++t) {
+      const Clock::time_point t0 = Clock::now();
+      if (!stream) {
+        check(ferry_run(profiled->session, x.data(), batch, seq, nullptr, y.data(), y.size()), "run");
+      } else {
+        check(ferry_step(profiled->session, &steps[t * batch * info.input_size], batch, y.data(), y.size()), "step");
+      }
+      const double us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+      if (layer_clock.tracing && layer_clock.events.size() < layer_clock.events.capacity()) {
+        layer_clock.events.push_back(LayerClock::Event{LayerClock::kCall, t0, us});
+      }
+    }
+  };
+  const size_t traced_runs = o.trace.empty() ? 0 : std::min(o.trace_runs, repeat);
+  if (per_layer) {
+    traced_sample();  // warm-up
+    check(ferry_state_reset(profiled->session), "reset");
+    // Room for every event of the traced samples: per call, each layer
+    // once and the call itself.
+    layer_clock.events.reserve(traced_runs * (stream ? seq : 1) * (layers + 1));
+    for (auto& v : layer_us) v.reserve(repeat);
+    profiled_us.reserve(repeat);
+  }
+  const Clock::time_point origin = Clock::now();
   std::vector<double> us;
   us.reserve(repeat);
   for (size_t r = 0; r < repeat; ++r) {
     const auto t0 = clock::now();
     sample();
     us.push_back(std::chrono::duration<double, std::micro>(clock::now() - t0).count());
+    if (!per_layer) continue;
+    std::fill(layer_clock.sample_us.begin(), layer_clock.sample_us.end(), 0.0);
+    layer_clock.tracing = r < traced_runs;
+    const auto p0 = clock::now();
+    traced_sample();
+    profiled_us.push_back(std::chrono::duration<double, std::micro>(clock::now() - p0).count());
+    for (size_t l = 0; l < layers; ++l) layer_us[l].push_back(layer_clock.sample_us[l]);
   }
   std::sort(us.begin(), us.end());
-  const auto pct = [&us](double q) { return us[std::min(us.size() - 1, static_cast<size_t>(q * (us.size() - 1) + 0.5))]; };
+  const auto pct = [&us](double q) { return quantile(us, q); };
   const double median = pct(0.5), p10 = pct(0.1), p90 = pct(0.9), best = us.front();
-  const ModelCost cost = model_cost(ferry::fb::GetModel(lm.file.data()));
+  const ModelCost cost = model_cost(fm);
+  // Per layer: median, p10, p90 over the samples, and the share of the
+  // profiled sample's median.
+  struct LayerRow {
+    std::string name, kind;
+    double median, p10, p90;
+  };
+  std::vector<LayerRow> rows;
+  double layers_sum = 0, profiled_median = 0;
+  if (per_layer) {
+    std::sort(profiled_us.begin(), profiled_us.end());
+    profiled_median = quantile(profiled_us, 0.5);
+    for (size_t l = 0; l < layers; ++l) {
+      std::vector<double>& v = layer_us[l];
+      std::sort(v.begin(), v.end());
+      const auto* fl = fm->layers()->Get(static_cast<uint32_t>(l));
+      rows.push_back(LayerRow{fl->name() ? fl->name()->str() : "", ferry::fb::EnumNameLayerKind(fl->kind()),
+                              quantile(v, 0.5), quantile(v, 0.1), quantile(v, 0.9)});
+      layers_sum += rows.back().median;
+    }
+  }
+  if (!o.trace.empty()) {
+    // Chrome's trace event format (Perfetto and chrome://tracing open it):
+    // complete events in microseconds from the first timed sample.
+    std::string t = "{\"displayTimeUnit\": \"ns\", \"otherData\": {\"model\": " + json_string(path) +
+                    ", \"backend\": " + json_string(ferry_backend_name(backend)) + ", \"mode\": \"" +
+                    (stream ? "stream" : "run") + "\", \"batch\": " + std::to_string(batch) +
+                    ", \"seq\": " + std::to_string(seq) + "},\n \"traceEvents\": [";
+    bool first = true;
+    for (const LayerClock::Event& e : layer_clock.events) {
+      const bool call = e.layer == LayerClock::kCall;
+      const double ts = std::chrono::duration<double, std::micro>(e.begin - origin).count();
+      char buf[96];
+      std::snprintf(buf, sizeof buf, "\"ph\": \"X\", \"ts\": %.3f, \"dur\": %.3f, \"pid\": 1, \"tid\": 1", ts, e.us);
+      t += first ? "\n  {" : ",\n  {";
+      first = false;
+      if (call) {
+        t += std::string("\"name\": \"") + (stream ? "ferry_step" : "ferry_run") + "\", \"cat\": \"call\", " + buf + "}";
+      } else {
+        const LayerRow& r = rows[e.layer];
+        t += "\"name\": " + json_string(std::to_string(e.layer) + " " + (r.name.empty() ? r.kind : r.name + " (" + r.kind + ")")) +
+             ", \"cat\": \"layer\", " + buf + ", \"args\": {\"layer\": " + std::to_string(e.layer) +
+             ", \"kind\": " + json_string(r.kind) + ", \"name\": " + json_string(r.name) + "}}";
+      }
+    }
+    t += "\n]}\n";
+    conv::AtomicFile f(o.trace);
+    f.write(reinterpret_cast<const uint8_t*>(t.data()), t.size());
+    f.commit();
+  }
   const double macs = cost.macs_per_step_sample * batch * seq + cost.macs_per_sample * batch * (stream ? seq : 1);
   const double per_step = median / seq;
   const double gflops = 2 * macs / (median * 1e3);
   if (json) {
-    std::printf("{\"model\": \"%s\", \"mode\": \"%s\", \"backend\": \"%s\", \"threads\": %zu, \"batch\": %zu, "
+    std::string layer_json;
+    if (per_layer) {
+      char buf[160];
+      std::snprintf(buf, sizeof buf, ", \"per_layer\": {\"profiled_median_us\": %.4f, \"layers_sum_us\": %.4f, \"layers\": [",
+                    profiled_median, layers_sum);
+      layer_json = buf;
+      for (size_t l = 0; l < rows.size(); ++l) {
+        std::snprintf(buf, sizeof buf, "\"median_us\": %.4f, \"p10_us\": %.4f, \"p90_us\": %.4f, \"share\": %.4f}",
+                      rows[l].median, rows[l].p10, rows[l].p90, profiled_median > 0 ? rows[l].median / profiled_median : 0.0);
+        layer_json += std::string(l ? ", " : "") + "{\"index\": " + std::to_string(l) + ", \"name\": " + json_string(rows[l].name) +
+                      ", \"kind\": " + json_string(rows[l].kind) + ", " + buf;
+      }
+      layer_json += "]}";
+    }
+    std::printf("{\"model\": %s, \"mode\": \"%s\", \"backend\": \"%s\", \"threads\": %zu, \"batch\": %zu, "
                 "\"seq\": %zu, \"samples\": %zu, \"median_us\": %.4f, \"p10_us\": %.4f, \"p90_us\": %.4f, "
                 "\"min_us\": %.4f, \"per_step_us\": %.4f, \"gflops\": %.3f, \"weight_bytes\": %llu, "
-                "\"arena_bytes\": %zu}\n",
-                path.c_str(), stream ? "stream" : "run", ferry_backend_name(backend), pool.threads, batch, seq, us.size(),
+                "\"arena_bytes\": %zu%s}\n",
+                json_string(path).c_str(), stream ? "stream" : "run", ferry_backend_name(backend), pool.threads, batch, seq, us.size(),
                 median, p10, p90, best, per_step, gflops, static_cast<unsigned long long>(cost.weight_bytes),
-                arena_bytes);
+                arena_bytes, layer_json.c_str());
     return 0;
   }
   std::printf("bench    %s: %s, batch %zu, %zu steps, backend %s, %zu thread%s, %zu samples\n", path.c_str(),
@@ -157,6 +330,25 @@ int run_bench(const BenchOptions& o) {
   std::printf("step     %.4f us per time step (%.0f steps/s of batch %zu)\n", per_step, 1e6 / per_step, batch);
   std::printf("compute  %.2f GFLOP/s (%.3g multiply-adds per run); weights %.2f MB, arena %zu bytes\n", gflops, macs,
               static_cast<double>(cost.weight_bytes) / 1e6, arena_bytes);
+  if (per_layer) {
+    const char* unit = stream ? "sample of steps" : "run";
+    std::printf("\nper layer (a profiled session beside the plain one, %zu samples; us per %s)\n", profiled_us.size(),
+                unit);
+    std::printf("  %-5s %-16s %-10s %10s %10s %10s %7s\n", "layer", "name", "kind", "median", "p10", "p90", "share");
+    for (size_t l = 0; l < rows.size(); ++l) {
+      std::printf("  %-5zu %-16s %-10s %10.3f %10.3f %10.3f %6.1f%%\n", l, rows[l].name.substr(0, 16).c_str(),
+                  rows[l].kind.c_str(), rows[l].median, rows[l].p10, rows[l].p90,
+                  profiled_median > 0 ? 100 * rows[l].median / profiled_median : 0.0);
+    }
+    std::printf("  %-5s %-16s %-10s %10.3f %10s %10s %6.1f%%\n", "", "outside layers", "", profiled_median - layers_sum, "",
+                "", profiled_median > 0 ? 100 * (profiled_median - layers_sum) / profiled_median : 0.0);
+    std::printf("profiled %.3f us per %s (the plain session beside it: %.3f; the profiler adds two clock reads a layer)\n",
+                profiled_median, unit, median);
+    if (!o.trace.empty()) {
+      std::printf("trace    %s: %zu events of the first %zu samples (Chrome trace format: Perfetto, chrome://tracing)\n",
+                  o.trace.c_str(), layer_clock.events.size(), traced_runs);
+    }
+  }
   return 0;
 }
 
@@ -181,6 +373,15 @@ Action declare_bench(CLI::App& app) {
                       ->type_name("N")
                       ->check(positive_count(1 << 24));
   app.add_flag("--json", o->json, "Print one JSON object instead of text");
+  app.add_flag("--per-layer", o->per_layer,
+               "Also time each layer, on a second session with a profiler, sampled beside the plain one");
+  app.add_option("--trace", o->trace,
+                 "Also write each layer's calls as a Chrome trace (Perfetto opens it); implies --per-layer")
+      ->type_name("OUT.json");
+  app.add_option("--trace-runs", o->trace_runs, "Samples the trace holds (the first N)")
+      ->type_name("N")
+      ->check(positive_count(10000))
+      ->capture_default_str();
   return [o] { return run_bench(*o); };
 }
 

@@ -186,6 +186,7 @@ struct ConvertOptions {
   std::string input, output, graph, layout, output_layout, key, quantize = "f32", calibration, c_array, rounding;
   std::vector<std::string> code;
   std::vector<size_t> max_batch, max_seq;  // --c-array's arena figures
+  std::vector<std::string> meta;           // --meta KEY=VALUE
   float max_error = 0;
   bool batch_first = false, selftest = false, stats = false, fallback = false, quiet = false, verbose = false;
   CLI::Option *graph_opt = nullptr, *layout_opt = nullptr, *output_layout_opt = nullptr, *calibration_opt = nullptr, *max_error_opt = nullptr,
@@ -226,6 +227,7 @@ ConvertCall convert_call(const ConvertOptions& o) {
   request.c_array_batches = o.max_batch;
   request.c_array_seqs = o.max_seq;
   if (o.selftest) request.selftest = conv::SelfTestPolicy::Always;
+  request.metadata = o.meta;
   call.verbose = o.verbose;
   return call;
 }
@@ -257,6 +259,7 @@ int run_convert(const ConvertOptions& o) {
   std::printf("wrote    %s: %llu bytes (weights %llu bytes), streaming arena (batch 1): %llu bytes\n",
               request.output.c_str(), static_cast<unsigned long long>(r.file_bytes),
               static_cast<unsigned long long>(r.stored_weight_bytes), static_cast<unsigned long long>(r.arena_bytes));
+  for (const auto& [key, what] : r.metadata) std::printf("meta     %s: %s\n", key.c_str(), what.c_str());
   if (request.c_array) {
     std::printf("wrote    %s: C array '%s', %llu bytes, 64-byte aligned\n", request.c_array->c_str(),
                 r.c_array_name.c_str(), static_cast<unsigned long long>(r.file_bytes));
@@ -334,6 +337,10 @@ std::shared_ptr<ConvertOptions> declare_convert_options(CLI::App& app) {
       ->check(positive_count(1 << 30))
       ->needs(o->c_array_opt);
   app.add_flag("--selftest", o->selftest, "Store self-test vectors whatever the model's size");
+  app.add_option("--meta", o->meta,
+                 "Store KEY=VALUE in the file: a number, N,N,... (an array), text, text:ANY, or @FILE (a .npy's "
+                 "numbers, else the file as text); repeatable. Read with ferry_model_metadata")
+      ->type_name("KEY=VALUE");
   app.add_flag("--stats", o->stats, "Print time, throughput and peak memory");
   auto* quiet = app.add_flag("--quiet,-q", o->quiet, "Print nothing but errors");
   app.add_flag("--verbose,-v", o->verbose, "Print every ignored tensor and each step as it starts")->excludes(quiet);

@@ -30,6 +30,7 @@
 #include "mapping/modules.h"
 #include "mapping/script_chain.h"
 #include "mapping/sequential_chain.h"
+#include "model_graph.h"
 #include "plan/planner.h"
 #include "text.h"
 #include "weight_layout.h"
@@ -132,6 +133,61 @@ nlohmann::ordered_json layer_dtype(const ferry::fb::Model* m, const ferry::fb::L
   return ferry::fb::EnumNameDType(m->tensors()->Get(static_cast<uint32_t>(index))->dtype());
 }
 
+// The model's user metadata (ferry_model_metadata_at), for people: one line
+// an entry, text shown escaped up to 60 bytes, numbers up to 8.
+void print_metadata(const ferry_model* model) {
+  const size_t n = ferry_model_metadata_count(model);
+  for (size_t i = 0; i < n; ++i) {
+    ferry_metadata e{};
+    e.struct_size = sizeof e;
+    check(ferry_model_metadata_at(model, i, &e), "metadata");
+    if (e.type == FERRY_METADATA_TEXT) {
+      const std::string text(e.text, e.text_bytes);
+      std::printf("meta     %-16s text, %zu bytes: \"%s\"%s\n", e.key, e.text_bytes, escaped(text.substr(0, 60)).c_str(),
+                  e.text_bytes > 60 ? "..." : "");
+      continue;
+    }
+    std::vector<double> v(e.count);
+    check(ferry_model_metadata_numbers(model, e.key, v.data(), v.size()), "metadata");
+    std::string shape, values;
+    for (size_t d = 0; d < e.rank; ++d) shape += (d ? ", " : "") + std::to_string(e.shape[d]);
+    for (size_t k = 0; k < v.size() && k < 8; ++k) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%s%.9g", k ? ", " : "", v[k]);
+      values += buf;
+    }
+    if (e.rank == 0) {
+      std::printf("meta     %-16s %s\n", e.key, values.c_str());
+    } else {
+      std::printf("meta     %-16s numbers [%s]: %s%s\n", e.key, shape.c_str(), values.c_str(), v.size() > 8 ? ", ..." : "");
+    }
+  }
+}
+
+nlohmann::ordered_json metadata_json(const ferry_model* model) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  const size_t n = ferry_model_metadata_count(model);
+  for (size_t i = 0; i < n; ++i) {
+    ferry_metadata e{};
+    e.struct_size = sizeof e;
+    check(ferry_model_metadata_at(model, i, &e), "metadata");
+    nlohmann::ordered_json j;
+    j["key"] = e.key;
+    if (e.type == FERRY_METADATA_TEXT) {
+      j["type"] = "text";
+      j["text"] = std::string(e.text, e.text_bytes);
+    } else {
+      std::vector<double> v(e.count);
+      check(ferry_model_metadata_numbers(model, e.key, v.data(), v.size()), "metadata");
+      j["type"] = "numbers";
+      j["shape"] = std::vector<size_t>(e.shape, e.shape + e.rank);
+      j["values"] = v;
+    }
+    out.push_back(j);
+  }
+  return out;
+}
+
 int inspect_model(const std::string& path) {
   LoadedModel lm(path);
   const auto* m = ferry::fb::GetModel(lm.file.data());
@@ -148,6 +204,7 @@ int inspect_model(const std::string& path) {
   }
   std::printf("arena    %llu bytes for streaming at batch 1\n",
               static_cast<unsigned long long>(m->arena_bytes_stream_b1()));
+  print_metadata(lm.model);
   const std::vector<BackendVerdict> verdicts = backends_for(lm.model);
   std::printf("backends  %s\n", backends_line(verdicts).c_str());
   for (const BackendVerdict& v : verdicts) {
@@ -245,7 +302,7 @@ RecordedChainText recorded_chain_text(const Checkpoint& c, const ModuleSet& modu
 struct InspectOptions {
   std::string file, key, graph, layout, output_layout;
   std::vector<std::string> code;
-  bool json = false, batch_first = false, memory = false;
+  bool json = false, batch_first = false, memory = false, dot = false;
   size_t max_batch = 1, max_seq = 1;  // --memory's session
   CLI::Option *graph_opt = nullptr, *layout_opt = nullptr, *output_layout_opt = nullptr;
 };
@@ -520,8 +577,32 @@ std::string json_text(const InspectOptions& o) {
   return model_json(lm.model, lm.file.data(), lm.file.size(), o.file);
 }
 
+// `inspect --dot`: a model file's chain, or the chain a checkpoint converts
+// to (converted in memory with the same options, nothing written).
+int inspect_dot(const InspectOptions& o) {
+  const std::string title = o.file.substr(o.file.find_last_of('/') == std::string::npos ? 0 : o.file.find_last_of('/') + 1);
+  if (is_model_file(o.file)) {
+    LoadedModel lm(o.file);  // verified: the graph reads only checked fields
+    std::printf("%s", model_dot(ferry::fb::GetModel(lm.file.data()), title).c_str());
+    return 0;
+  }
+  ConvertRequest request;
+  request.input = o.file;
+  request.key = o.key;
+  request.selftest = SelfTestPolicy::Never;
+  if (o.graph_opt && o.graph_opt->count()) request.graph = o.graph;
+  request.code = o.code;
+  if (o.batch_first) request.batch_first = true;
+  if (o.layout_opt && o.layout_opt->count()) request.layout = layout_named(o.layout);
+  if (o.output_layout_opt && o.output_layout_opt->count()) request.output_layout = layout_named(o.output_layout);
+  const ConvertResult r = convert(request);
+  std::printf("%s", model_dot(ferry::fb::GetModel(r.bytes.data()), title + " (" + r.report.graph + ")").c_str());
+  return 0;
+}
+
 int run_inspect(const InspectOptions& o) {
   check_memory_file(o);
+  if (o.dot) return inspect_dot(o);
   if (o.json) {
     std::printf("%s\n", json_text(o).c_str());
     return 0;
@@ -583,6 +664,7 @@ std::string model_json(const ferry_model* model, const uint8_t* bytes, size_t si
   j["state_floats"] = info.state_floats;
   j["arena_bytes_stream_b1"] = m->arena_bytes_stream_b1();
   j["selftest"] = m->selftest() != nullptr;
+  j["metadata"] = metadata_json(model);
   if (const auto* p = m->provenance()) {
     j["provenance"] = {{"source_file", file_text(p->source_file(), "")},
                        {"source_format", file_text(p->source_format(), "")},
@@ -611,7 +693,10 @@ std::shared_ptr<InspectOptions> declare_inspect_options(CLI::App& app) {
       ->type_name("PATH")
       ->required();
   app.add_option("--key", o->key, "The entry of a checkpoint dict that holds the model")->type_name("NAME");
-  app.add_flag("--json", o->json, "Print one JSON object instead of text");
+  auto* json = app.add_flag("--json", o->json, "Print one JSON object instead of text");
+  app.add_flag("--dot", o->dot,
+               "Print the chain as a Graphviz digraph (dot -Tsvg renders it); a checkpoint's as convert would make it")
+      ->excludes(json);
   auto* memory = app.add_flag("--memory", o->memory,
                               "A model file: its flash and a session's arena per layer and per region (reference "
                               "kernels)");

@@ -119,6 +119,8 @@ std::string convert_report_json(const conv::ConvertReport& r) {
   }
   j["weight_bytes"] = r.weight_bytes;
   j["selftest_stored"] = r.selftest_stored;
+  j["metadata"] = nlohmann::ordered_json::array();
+  for (const auto& [key, what] : r.metadata) j["metadata"].push_back({{"key", key}, {"description", what}});
   j["quantization"] = quantization_json(r);
   j["file_bytes"] = r.file_bytes;
   j["stored_weight_bytes"] = r.stored_weight_bytes;

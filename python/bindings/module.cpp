@@ -990,6 +990,35 @@ NB_MODULE(_ferry, m) {
                    "The backends that run this model on this machine, best first.")
       .def_prop_ro("backend_detail", [](const Model& s) { return s.summary("backend_detail"); },
                    "Every backend with whether it runs the model here and why not.")
+      .def_prop_ro("metadata", [](const Model& s) {
+        // The user's --meta entries, in stored order: text as str, one number
+        // as float, an array as a float64 numpy array of its shape.
+        const ferry_model* model = s.data().model;
+        nb::dict out;
+        const size_t n = ferry_model_metadata_count(model);
+        for (size_t i = 0; i < n; ++i) {
+          ferry_metadata e{};
+          e.struct_size = sizeof e;
+          if (ferry_model_metadata_at(model, i, &e) != FERRY_OK) throw std::runtime_error(ferry_last_error());
+          if (e.type == FERRY_METADATA_TEXT) {
+            out[e.key] = nb::str(e.text, e.text_bytes);
+            continue;
+          }
+          std::vector<double> v(e.count);
+          if (ferry_model_metadata_numbers(model, e.key, v.data(), v.size()) != FERRY_OK) {
+            throw std::runtime_error(ferry_last_error());
+          }
+          if (e.rank == 0) {
+            out[e.key] = nb::float_(v[0]);
+            continue;
+          }
+          nb::list shape;
+          for (size_t d = 0; d < e.rank; ++d) shape.append(e.shape[d]);
+          out[e.key] = nb::module_::import_("numpy").attr("array")(nb::cast(v), "float64").attr("reshape")(nb::tuple(shape));
+        }
+        return out;
+      }, "The metadata `ferry convert --meta` stored: a dict of str (text), float (a number) and float64 numpy "
+         "arrays (a list or an .npy), in the order given.")
       .def("summary", [](const Model& s) { s.data(); return json_loads(ferry::cli::model_json(s.data().model,
                          static_cast<const uint8_t*>(s.data().bytes.get()), s.data().size, s.data().file)); },
            "The whole summary as a dict: what `ferry inspect --json` prints for the file.")

@@ -249,6 +249,12 @@ class Str:
         self.s = s.encode()
 
 
+class RawStr(Str):
+    """A string of given bytes (not necessarily UTF-8)."""
+    def __init__(self, b):
+        self.s = bytes(b)
+
+
 class FB:
     def __init__(self):
         self.buf = bytearray()
@@ -2230,6 +2236,68 @@ def output_layout_entries():
           "output_layout BatchFirst in a format 1.x file", "a 1.x file a 1.x runtime would misread")
 
 
+# User metadata (Model.metadata, `ferry convert --meta`): MetaEntry slots.
+M_METADATA = 17
+META_KEY, META_TYPE, META_TEXT, META_NUMBERS, META_SHAPE = 0, 1, 2, 3, 4
+META_TEXT_TYPE, META_NUMBERS_TYPE = 0, 1
+
+
+def meta_text(key, text):
+    t = {META_TEXT: ("off", Str(text) if isinstance(text, str) else RawStr(text))}
+    if key is not None:
+        t[META_KEY] = ("off", Str(key))
+    return Table(t)
+
+
+def meta_numbers(key, values, shape=None, type_=META_NUMBERS_TYPE):
+    t = {META_KEY: ("off", Str(key)), META_TYPE: ("B", type_), META_NUMBERS: ("off", Vec("d", values, align=8))}
+    if shape is not None:
+        t[META_SHAPE] = ("off", Vec("I", shape))
+    return Table(t)
+
+
+def with_metadata(entries):
+    def mutate(p):
+        p["model"][M_METADATA] = ("off", TVec(entries))
+    return mutate
+
+
+def metadata_entries():
+    add("models/control_metadata.fb",
+        lstm_model(with_metadata([meta_text("labels", "yes\nno\n"), meta_numbers("sample_rate", [16000.0]),
+                                  meta_numbers("mean", [0.5, -0.5, 1.0, 2.0], [2, 2])])),
+        "model", None, "control: the control LSTM with three metadata entries (text, a number, a 2x2 array)", ok=True)
+    model("metadata_key_twice.fb", lstm_model(with_metadata([meta_text("a", "1"), meta_text("a", "2")])),
+          "metadata[1] ('a'): the key is also metadata[0]'s", "two entries with one key")
+    model("metadata_key_bad.fb", lstm_model(with_metadata([meta_text("a/../b", "1")])),
+          "metadata[0]: the key is absent or not 1 to 64 characters", "a key with '/'")
+    model("metadata_key_missing.fb", lstm_model(with_metadata([meta_text(None, "1")])),
+          "metadata[0]: the key is absent", "an entry without a key")
+    model("metadata_text_not_utf8.fb", lstm_model(with_metadata([meta_text("t", b"ok\xff")])),
+          "metadata[0] ('t'): the text is not UTF-8 (byte 2)", "a 0xFF byte in text")
+    model("metadata_shape_mismatch.fb", lstm_model(with_metadata([meta_numbers("n", [1.0, 2.0, 3.0], [2])])),
+          "metadata[0] ('n'): the shape holds 2 numbers, the entry 3", "shape [2] over 3 numbers")
+    model("metadata_shape_overflow.fb",
+          lstm_model(with_metadata([meta_numbers("n", [1.0], [65536, 65536, 65536, 65536])])),
+          "metadata[0] ('n'): the shape holds", "a shape whose product overflows 64 bits")
+    model("metadata_rank_5.fb", lstm_model(with_metadata([meta_numbers("n", [1.0], [1, 1, 1, 1, 1])])),
+          "metadata[0] ('n'): rank 5, at most 4", "a rank-5 array")
+    model("metadata_numbers_empty.fb", lstm_model(with_metadata([meta_numbers("n", [])])),
+          "metadata[0] ('n'): 0 numbers", "a numbers entry with none")
+    mixed = meta_numbers("n", [1.0])
+    mixed.fields[META_TEXT] = ("off", Str("and text"))
+    model("metadata_text_and_numbers.fb", lstm_model(with_metadata([mixed])),
+          "metadata[0] ('n'): a numbers entry holds numbers and nothing else", "numbers and text in one entry")
+    model("metadata_text_missing.fb", lstm_model(with_metadata([Table({META_KEY: ("off", Str("t"))})])),
+          "metadata[0] ('t'): a text entry holds text and nothing else", "a text entry without text")
+    model("metadata_type_unknown.fb", lstm_model(with_metadata([meta_numbers("n", [1.0], type_=9)])),
+          "metadata[0] ('n'): unknown type 9", "MetaType 9 (a newer format's)", "FERRY_UNSUPPORTED")
+    model("metadata_text_too_long.fb", lstm_model(with_metadata([meta_text("t", "a" * (64 * 1024 + 1))])),
+          "metadata[0] ('t'): 65537 bytes of text, at most 65536", "text one byte over 64 KiB")
+    model("metadata_too_many.fb", lstm_model(with_metadata([meta_text("k%d" % i, "") for i in range(65)])),
+          "metadata: 65 entries, at most 64", "65 entries")
+
+
 def dcp_entries():
     w0 = dcp_slice([1, 3], [0.5, -0.25, 0.125])
     w1 = dcp_slice([1, 3], [1.0, 0.75, -0.5])
@@ -2940,6 +3008,7 @@ def main():
     quant_entries()
     op_entries()
     output_layout_entries()
+    metadata_entries()
     dcp_entries()
     norm_entries()
     pt2_entries()

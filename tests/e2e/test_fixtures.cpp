@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "cli_runner.h"
+#include "dot_check.h"
 #include "io/npy.h"
 #include "npy_compare.h"
 
@@ -93,6 +94,7 @@ TEST_P(FixtureTest, ConvertsAndMatchesPyTorch) {
   const auto c = run_ferry(convert, dir);
   ASSERT_EQ(c.status, 0) << c.err << c.out;
   EXPECT_EQ(c.err.find("error"), std::string::npos) << c.err;
+  ferry::test::expect_dot_renders(fb, dir);  // `inspect --dot`: Graphviz renders it, a node per layer
 
   std::string run = "run " + shell_quote(fb) + " --input " + shell_quote(f.input) + " --output " +
                     shell_quote(dir / "y.npy") + " --quiet";

@@ -19,6 +19,7 @@
 
 #include "../fuzz/exercise_model.h"
 #include "cli_runner.h"
+#include "dot_check.h"
 #include "ferry/ferry.h"
 #include "io/npy.h"
 #include "npy_compare.h"
@@ -150,6 +151,7 @@ TEST_P(OpFixtureTest, MatchesPyTorchOnEveryBackend) {
   if (!f.graph) {
     EXPECT_NE(c.out.find("graph    " + *f.expect_chain + "  (inferred)"), std::string::npos) << c.out;
   }
+  ferry::test::expect_dot_renders(fb, dir);  // `inspect --dot`: Graphviz renders it, a node per layer
   // Every backend runs it, `ferry inspect` says: the CPU policies by their
   // plans here, cuda by its plan (on any machine, with or without a GPU).
   const auto inspect = run_ferry("inspect " + shell_quote(fb), dir);

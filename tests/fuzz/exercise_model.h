@@ -63,6 +63,32 @@ inline ExerciseResult exercise_model(const uint8_t* data, size_t size, size_t ma
   ferry_status st = ferry_model_get_info(model, &info);
   if (st != FERRY_OK) fail("get_info", st);
 
+  // Every metadata entry the loader accepted reads back through the C API:
+  // by index, by its key, its numbers copied out.
+  const size_t entries = ferry_model_metadata_count(model);
+  for (size_t i = 0; i < entries; ++i) {
+    ferry_metadata e{};
+    e.struct_size = sizeof e;
+    if ((st = ferry_model_metadata_at(model, i, &e)) != FERRY_OK) {
+      fail("metadata_at", st);
+      break;
+    }
+    ferry_metadata by_key{};
+    by_key.struct_size = sizeof by_key;
+    if ((st = ferry_model_metadata(model, e.key, &by_key)) != FERRY_OK) fail("metadata", st);
+    if (e.type == FERRY_METADATA_TEXT) {
+      if (!e.text || e.text[e.text_bytes] != '\0') fail("metadata: text not NUL-terminated", FERRY_OK);
+    } else {
+      std::vector<double> values(e.count);
+      if ((st = ferry_model_metadata_numbers(model, e.key, values.data(), values.size())) != FERRY_OK) {
+        fail("metadata_numbers", st);
+      }
+      size_t product = 1;
+      for (size_t d = 0; d < e.rank; ++d) product *= e.shape[d];
+      if (product != e.count || e.rank > FERRY_METADATA_MAX_RANK) fail("metadata: shape", FERRY_OK);
+    }
+  }
+
   // A Conv1d with little padding needs its kernel span of steps
   // (info.min_seq): run at least that many, and check that one fewer is
   // refused. A model that needs more steps than any sane arena is skipped.

@@ -99,6 +99,9 @@ pool_mean_lengths|btf|gru > mean > fc
 residual_inner_tm|tbf|proj > (lstm > fc) + input > tanh
 char_lstm|btf|emb > lstm > fc > logsoftmax
 EOF
+# User metadata (text, a number, an array).
+"$build/converter/ferry" convert "$fixtures/mlp.pt" "$seeds/models/mlp_metadata.fb" --graph "fc1 > relu > fc2" \
+  --meta labels=text:yes,no --meta sample_rate=16000 --meta mean=0.5,-1,2 >/dev/null
 copy_seeds model_load "$seeds"/models/*.fb "$bad"/models/*
 copy_seeds model_run "$seeds"/models/*.fb "$bad"/models/*
 

@@ -28,24 +28,27 @@ namespace {
 
 using namespace ferry::conv;
 
-std::vector<uint8_t> convert_fixture(const std::string& name, const std::string& graph) {
+std::vector<uint8_t> convert_fixture(const std::string& name, const std::string& graph,
+                                     const std::vector<std::string>& metadata) {
   ConvertRequest request;
   request.input = std::string(FERRY_FIXTURES_DIR) + "/models/" + name + ".pt";
   request.graph = graph;
   request.selftest = SelfTestPolicy::Always;
+  request.metadata = metadata;
   return convert(request).bytes.to_vector();
 }
 
 struct Sweep {
   const char* name;
   const char* graph;
+  std::vector<std::string> metadata;  // --meta words: the user metadata table swept too
 };
 
 class ByteSweep : public ::testing::TestWithParam<Sweep> {};
 
 TEST_P(ByteSweep, EveryCorruptedByteIsHandled) {
   const Sweep& s = GetParam();
-  const std::vector<uint8_t> original = convert_fixture(s.name, s.graph);
+  const std::vector<uint8_t> original = convert_fixture(s.name, s.graph, s.metadata);
   ferry::test::AlignedBytes buf(original.data(), original.size());
   {
     const ferry::test::ExerciseResult clean = ferry::test::exercise_model(buf.data(), buf.size());
@@ -91,7 +94,8 @@ TEST_P(ByteSweep, EveryCorruptedByteIsHandled) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, ByteSweep,
                          ::testing::Values(Sweep{"lstm_proj_2l", "lstm > last > fc"},
                                            Sweep{"gru_bi", "gru > last > fc"},
-                                           Sweep{"mlp", "fc1 > relu > fc2 > softmax"}),
+                                           Sweep{"mlp", "fc1 > relu > fc2 > softmax",
+                                                 {"labels=text:yes\nno", "sample_rate=16000", "mean=0.5,-1,2"}}),
                          [](const ::testing::TestParamInfo<Sweep>& i) { return std::string(i.param.name); });
 
 }  // namespace

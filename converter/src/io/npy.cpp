@@ -30,9 +30,21 @@ std::string dict_value(const std::string& header, const std::string& key, const 
   return header.substr(v, end - v);
 }
 
+// What the caller takes: float32 only; float32 or integer ids; or any of
+// float32, float64, int32, int64 as doubles (metadata).
+enum class Want { kFloats, kFloatsOrIds, kNumbers };
+NpyArray parse_any(const uint8_t* bytes, size_t size, const std::string& what, Want want);
+
 }  // namespace
 
 NpyArray parse_npy(const uint8_t* bytes, size_t size, const std::string& what, bool allow_ids) {
+  return parse_any(bytes, size, what, allow_ids ? Want::kFloatsOrIds : Want::kFloats);
+}
+
+namespace {
+
+NpyArray parse_any(const uint8_t* bytes, size_t size, const std::string& what, Want want) {
+  const bool allow_ids = want == Want::kFloatsOrIds;
   static const uint8_t kMagic[6] = {0x93, 'N', 'U', 'M', 'P', 'Y'};
   if (size < 10 || std::memcmp(bytes, kMagic, 6) != 0) {
     throw Error(what + ": not a .npy file (no \\x93NUMPY magic)");
@@ -55,12 +67,16 @@ NpyArray parse_npy(const uint8_t* bytes, size_t size, const std::string& what, b
   const bool f32 = descr == "'<f4'" || descr == "'|f4'" || descr == "'float32'";
   const bool i32 = descr == "'<i4'" || descr == "'int32'";
   const bool i64 = descr == "'<i8'" || descr == "'int64'";
-  if (!f32 && !(allow_ids && (i32 || i64))) {
+  const bool f64 = descr == "'<f8'" || descr == "'float64'";
+  if (want == Want::kNumbers && !(f32 || f64 || i32 || i64)) {
+    throw Error(what + ": dtype " + descr + ", metadata reads float32, float64, int32 or int64");
+  }
+  if (want != Want::kNumbers && !f32 && !(allow_ids && (i32 || i64))) {
     throw Error(what + ": dtype " + descr +
                 (allow_ids ? ", ferry reads float32 ('<f4') or, for token ids, int32 / int64"
                            : ", ferry reads float32 ('<f4'); convert with x.astype(np.float32)"));
   }
-  const size_t elem = i64 ? 8 : 4;
+  const size_t elem = i64 || f64 ? 8 : 4;
   if (dict_value(header, "fortran_order", what) != "False") {
     throw Error(what + ": Fortran-ordered array; save it C-ordered (np.ascontiguousarray)");
   }
@@ -85,6 +101,32 @@ NpyArray parse_npy(const uint8_t* bytes, size_t size, const std::string& what, b
     throw Error(what + ": shape " + shape_text + " needs " + std::to_string(count) + " values, the file holds " +
                 std::to_string((size - data_start) / elem));
   }
+  if (want == Want::kNumbers) {
+    a.numbers.resize(count);
+    for (size_t i = 0; i < count; ++i) {
+      const uint8_t* p = bytes + data_start + i * elem;
+      if (f64) {
+        std::memcpy(&a.numbers[i], p, 8);
+      } else if (f32) {
+        float v;
+        std::memcpy(&v, p, 4);
+        a.numbers[i] = v;
+      } else if (i64) {
+        int64_t v;
+        std::memcpy(&v, p, 8);
+        if (v > (int64_t{1} << 53) || v < -(int64_t{1} << 53)) {
+          throw Error(what + ": " + std::to_string(v) + " at index " + std::to_string(i) +
+                      " is not exact as a double (metadata numbers are float64)");
+        }
+        a.numbers[i] = static_cast<double>(v);
+      } else {
+        int32_t v;
+        std::memcpy(&v, p, 4);
+        a.numbers[i] = v;
+      }
+    }
+    return a;
+  }
   if (f32) {
     a.data.resize(count);
     if (count) std::memcpy(a.data.data(), bytes + data_start, nbytes);
@@ -107,6 +149,13 @@ NpyArray parse_npy(const uint8_t* bytes, size_t size, const std::string& what, b
     a.ids[i] = static_cast<int32_t>(v);
   }
   return a;
+}
+
+}  // namespace
+
+NpyArray read_npy_numbers(const std::string& path) {
+  MappedFile file(path);
+  return parse_any(file.data(), file.size(), "'" + path + "'", Want::kNumbers);
 }
 
 NpyArray read_npy(const std::string& path, bool allow_ids) {

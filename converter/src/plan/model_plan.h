@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "dtype.h"
+#include "plan/user_metadata.h"
 
 namespace ferry::conv {
 
@@ -175,6 +176,7 @@ struct ModelPlan {
   std::vector<Assumption> assumptions;  // in chain order
   SelfTestPlan selftest;  // written when batch > 0
   QuantizationPlan quantization;  // written when requested is set
+  std::vector<MetaValue> metadata;  // --meta, in order
 };
 
 // The input's layout, and a sequence output's (the input's unless set).

@@ -151,6 +151,16 @@ EncodedModel encode_model(const ModelPlan& plan, const std::vector<StoredForm>& 
     selftest = fb::CreateSelfTest(fbb, st.batch, st.seq, fbb.CreateVector(st.input),
                                   fbb.CreateVector(st.output), st.tolerance);
   }
+  std::vector<flatbuffers::Offset<fb::MetaEntry>> user;
+  for (const MetaValue& v : plan.metadata) {
+    if (v.is_text) {
+      user.push_back(fb::CreateMetaEntry(fbb, fbb.CreateString(v.key), fb::MetaType::Text, fbb.CreateString(v.text)));
+    } else {
+      user.push_back(fb::CreateMetaEntry(fbb, fbb.CreateString(v.key), fb::MetaType::Numbers, 0,
+                                         fbb.CreateVector(v.numbers), v.shape.empty() ? 0 : fbb.CreateVector(v.shape)));
+    }
+  }
+  const auto user_metadata = user.empty() ? 0 : fbb.CreateVector(user);
   fb::ModelBuilder mb(fbb);
   const fb::IoLayout out_layout = stored_output_layout(plan);
   if (out_layout != fb::IoLayout::AsInput) {
@@ -175,6 +185,7 @@ EncodedModel encode_model(const ModelPlan& plan, const std::vector<StoredForm>& 
   mb.add_provenance(provenance);
   if (!selftest.IsNull()) mb.add_selftest(selftest);
   if (!quantization.IsNull()) mb.add_quantization(quantization);
+  if (!user_metadata.IsNull()) mb.add_metadata(user_metadata);
   fbb.Finish(mb.Finish(), fb::ModelIdentifier());
 
   auto buffer = std::make_shared<flatbuffers::DetachedBuffer>(fbb.Release());

@@ -135,6 +135,47 @@ typedef struct ferry_model_info {
 
 ferry_status ferry_model_get_info(const ferry_model* model, ferry_model_info* info_out);
 
+/* ------------------------------------------------------------- metadata -- */
+
+/* What the application needs beside the weights, stored in the model file by
+ * `ferry convert --meta KEY=VALUE` (class labels, a sample rate, a feature
+ * normalisation): text, or numbers (a scalar or an array of rank <= 4). The
+ * loader has checked every entry (keys unique, 1 to 64 characters of
+ * [A-Za-z0-9_.-], text valid UTF-8, sizes within the limits). */
+typedef enum ferry_metadata_type {
+  FERRY_METADATA_TEXT = 0,
+  FERRY_METADATA_NUMBERS = 1,
+} ferry_metadata_type;
+
+#define FERRY_METADATA_MAX_RANK 4
+
+typedef struct ferry_metadata {
+  size_t struct_size;  /* set by the caller: sizeof(ferry_metadata) */
+  const char* key;     /* NUL-terminated, in the model bytes */
+  int type;            /* ferry_metadata_type */
+  const char* text;    /* TEXT: UTF-8, NUL-terminated, in the model bytes; NULL for NUMBERS */
+  size_t text_bytes;   /* TEXT: its bytes, without the NUL */
+  size_t count;        /* NUMBERS: how many (1 for a scalar); read them with ferry_model_metadata_numbers */
+  size_t rank;         /* NUMBERS: 0 for a scalar, else the dimensions in shape[] */
+  size_t shape[FERRY_METADATA_MAX_RANK];
+} ferry_metadata;
+
+/* Entries in the model (0 for NULL or a model without metadata). */
+size_t ferry_model_metadata_count(const ferry_model* model);
+
+/* The entry at `index` (0 .. count-1), in the order the converter stored
+ * them (as given on its command line). */
+ferry_status ferry_model_metadata_at(const ferry_model* model, size_t index, ferry_metadata* entry_out);
+
+/* The entry named `key`: FERRY_INVALID_ARGUMENT, naming the keys the model
+ * has, when there is none. */
+ferry_status ferry_model_metadata(const ferry_model* model, const char* key, ferry_metadata* entry_out);
+
+/* Copies the numbers of entry `key` (row-major) into `out`, which holds
+ * `capacity` doubles (at least the entry's count). FERRY_INVALID_ARGUMENT
+ * for a text entry, a missing key or too small a buffer. */
+ferry_status ferry_model_metadata_numbers(const ferry_model* model, const char* key, double* out, size_t capacity);
+
 /* -------------------------------------------------------------- session -- */
 
 /* Exact arena bytes for a session that runs batches up to `max_batch` and
@@ -244,6 +285,26 @@ typedef enum ferry_fp_mode {
   FERRY_FP_CALLER = 2,
 } ferry_fp_mode;
 
+/* Per-layer profiling (`ferry bench --per-layer`): a callback the CPU
+ * backends call before and after each layer of the chain, on the thread that
+ * called ferry_run / ferry_step, so the caller can read its own clock (a
+ * cycle counter on a microcontroller) and attribute the time. `layer` is
+ * the layer's index in the chain (ferry_model_info.num_layers of them, in
+ * `ferry inspect`'s order); `end` is 0 before the layer and 1 after it. In
+ * one call a layer is reported at most once, in chain order; one with
+ * nothing to do may not be (an Identity, or `last` in a one-sample step of a
+ * session whose step program skips it). Work outside the layers (the
+ * input's and the output's layout) falls between them. The callback must not
+ * call ferry on the same session. A session made without a profiler runs
+ * exactly the code it ran before profiling existed (no test per layer or per
+ * call); with one, the callbacks are the only difference (the same results,
+ * bit for bit, and nothing allocated). The CUDA backend runs the chain as
+ * one kernel or graph and refuses a profiler (FERRY_UNSUPPORTED). */
+typedef struct ferry_profiler {
+  void* context;  /* passed back to `layer` */
+  void (*layer)(void* context, size_t layer, int end);
+} ferry_profiler;
+
 typedef struct ferry_session_options {
   size_t struct_size;  /* sizeof(ferry_session_options) */
   size_t max_batch;    /* >= 1 */
@@ -268,10 +329,14 @@ typedef struct ferry_session_options {
   const ferry_device_allocator* device_allocator;  /* NULL: cudaMalloc; must outlive the session */
   ferry_device_io device_io;                        /* FERRY_DEVICE_IO_AUTO */
   int device;                                       /* CUDA device ordinal, 0 */
+  /* (0.5) Optional (NULL: none): per-layer callbacks (ferry_profiler); the
+   * struct must outlive the session. */
+  const ferry_profiler* profiler;
 } ferry_session_options;
 
 /* Fills defaults: max_batch 1, max_seq 1, backend auto, no thread pool,
- * FERRY_FP_FLUSH, no device allocator, device_io auto, device 0. */
+ * FERRY_FP_FLUSH, no device allocator, device_io auto, device 0, no
+ * profiler. */
 void ferry_session_options_init(ferry_session_options* options);
 
 /* Convenience for ferry_session_options.threadpool: a pthreadpool of

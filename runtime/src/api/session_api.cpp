@@ -76,6 +76,12 @@ ferry_status read_options(const ferry_session_options* o, SessionConfig* out) {
     if (o->device < 0) return fail(FERRY_INVALID_ARGUMENT, "options->device is %d, must be >= 0", o->device);
     out->device = o->device;
   }
+  if (o->struct_size >= offsetof(ferry_session_options, profiler) + sizeof(o->profiler)) {
+    out->profiler = o->profiler;
+    if (out->profiler && !out->profiler->layer) {
+      return fail(FERRY_INVALID_ARGUMENT, "options->profiler: its `layer` callback is NULL");
+    }
+  }
   return FERRY_OK;
 }
 
@@ -89,6 +95,12 @@ ferry_status plan_session(const ferry_model* m, const SessionConfig& config, siz
                 config.max_seq);
   }
   const Backend& backend = backend_for(config.backend);
+  if (config.profiler && !backend.profiled) {
+    return fail(FERRY_UNSUPPORTED,
+                "options->profiler: the %s backend runs the chain as a whole and has no per-layer profile; time "
+                "ferry_run / ferry_step as a whole",
+                backend.name);
+  }
   ferry_status st = backend.probe(m, config);
   if (st != FERRY_OK) return st;
   ArenaPlan arena;
@@ -293,6 +305,7 @@ extern "C" void ferry_session_options_init(ferry_session_options* options) {
   options->device_allocator = nullptr;
   options->device_io = FERRY_DEVICE_IO_AUTO;
   options->device = 0;
+  options->profiler = nullptr;
 }
 
 extern "C" ferry_status ferry_session_memory(const ferry_model* model, const ferry_session_options* options,
@@ -334,8 +347,11 @@ extern "C" ferry_status ferry_session_init(const ferry_model* model, const ferry
   uint8_t* base = static_cast<uint8_t*>(arena);
   const Backend& backend = backend_for(config.backend);
   const bool plain_step = model->streamable && !model->input_is_tokens && model->max_conv_patch == 0;
-  ferry_session* s = new (base)
-      ferry_session{&backend, model, config.max_batch, config.max_seq, nullptr, config.fp_mode, plain_step};
+  // A profiled session runs through the backend's profiled entry (checked
+  // by plan_session); any other through the plain one.
+  const Backend* runner = config.profiler ? backend.profiled : &backend;
+  ferry_session* s = new (base) ferry_session{runner,         model,          config.max_batch, config.max_seq,
+                                              nullptr,        config.fp_mode, plain_step,       config.profiler};
   if ((st = backend.init(s, config, base)) != FERRY_OK) return st;
   *session_out = s;
   return FERRY_OK;

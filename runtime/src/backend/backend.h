@@ -50,6 +50,7 @@ struct SessionConfig {
   const ferry_device_allocator* device_allocator = nullptr;
   ferry_device_io device_io = FERRY_DEVICE_IO_AUTO;
   int device = 0;
+  const ferry_profiler* profiler = nullptr;  // null, or one with a `layer` callback
 };
 
 // One ferry_run / ferry_step call, arguments checked.
@@ -92,6 +93,11 @@ struct Backend {
   // regions (shared/arena_parts.h), for a backend whose arena has a
   // target-independent part (the CPU backend); null: it has none.
   ferry_status (*arena_parts)(const ferry_model* model, const SessionConfig& config, ArenaParts* out) = nullptr;
+  // Optional: the entry a session made with a profiler runs through (its
+  // run and step report each layer to session->profiler; its other entries
+  // are this one's), so that a session without one runs the same code as if
+  // profiling did not exist; null: the backend cannot profile per layer.
+  const Backend* profiled = nullptr;
 };
 
 // The entry for `backend` (a value the C API has range-checked).
@@ -111,4 +117,7 @@ struct ferry_session {
   // ferry_step of one sample needs no more than the buffer checks: the model
   // streams, takes floats and has no Conv1d (one step in, one step out).
   bool plain_step;
+  // The per-layer callbacks (ferry_session_options.profiler), or null; read
+  // only by a backend's `profiled` entry.
+  const ferry_profiler* profiler;
 };

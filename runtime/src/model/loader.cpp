@@ -660,6 +660,8 @@ struct Loader {
     }
     const ferry_status layout_status = output_layout(seq_out);
     if (layout_status != FERRY_OK) return layout_status;
+    const ferry_status metadata_status = check_metadata(m);
+    if (metadata_status != FERRY_OK) return metadata_status;
     out->num_layers = n;
     out->output_size = width;
     out->has_time_axis = time_axis;

@@ -27,3 +27,13 @@ ferry_status verify_model_bytes(const uint8_t* bytes, size_t size);
 ferry_status build_model_view(ferry_model* model);
 
 }  // namespace ferry
+
+namespace ferry {
+namespace fb {
+struct Model;
+}  // namespace fb
+
+// Model.metadata against shared/metadata_rules.h (api/metadata_api.cpp).
+ferry_status check_metadata(const fb::Model* m);
+
+}  // namespace ferry

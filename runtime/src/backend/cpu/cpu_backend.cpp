@@ -216,6 +216,18 @@ ferry_status step(ferry_session* s, const RunCall& call) {
   return execute(s, call);
 }
 
+// The profiled entry's run and step: the same paths, each layer reported
+// (a program's direct cell goes through the program, which reports it).
+ferry_status run_profiled(ferry_session* s, const RunCall& call) { return execute_profiled(s, call); }
+
+ferry_status step_profiled(ferry_session* s, const RunCall& call) {
+  if (call.batch == 1 && cpu_of(s)->program) {
+    run_step_program_profiled(s, call.input, call.output);
+    return FERRY_OK;
+  }
+  return execute_profiled(s, call);
+}
+
 // Copies between the session's internal state (max_batch rows) and the
 // public packed layout (`batch` rows). to_user selects the direction.
 void copy_state(const ferry_session* s, size_t batch, float* user, bool to_user) {
@@ -307,6 +319,11 @@ ferry_status arena_parts(const ferry_model* m, const SessionConfig& config, Aren
 
 const Backend kCpuBackend = {
     "cpu", probe, plan, init, run, step, state_get, state_set, state_reset, nullptr, nullptr, arena_parts,
+    &kCpuProfiledBackend,
+};
+const Backend kCpuProfiledBackend = {
+    "cpu", probe, plan, init, run_profiled, step_profiled, state_get, state_set, state_reset, nullptr, nullptr,
+    arena_parts, &kCpuProfiledBackend,
 };
 
 }  // namespace cpu

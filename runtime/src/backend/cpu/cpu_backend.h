@@ -277,8 +277,16 @@ inline float* state_c(const ferry_session* s, const Layer& layer, uint32_t c, si
   return base + (c * s->max_batch + b) * layer.hidden;
 }
 
-// The chain executor (executor.cpp): runs `call` through every layer.
+// The chain executor (executor.cpp): runs `call` through every layer;
+// execute_profiled also reports each layer to s->profiler (the profiled
+// entry's run; the same code otherwise, instantiated from one template).
 ferry_status execute(ferry_session* s, const RunCall& call);
+ferry_status execute_profiled(ferry_session* s, const RunCall& call);
+
+// Calls s->profiler around a layer (the profiled instantiations only).
+inline void profile_layer(const ferry_session* s, uint32_t layer, int end) {
+  s->profiler->layer(s->profiler->context, layer, end);
+}
 
 // The format 1.2 ops (ops.cpp). Buffers are time-major [steps][B][F].
 // A Conv1d from `in` (T steps) into `out` (conv_output_steps(T) steps); a
@@ -361,6 +369,9 @@ struct StepProgram {
 size_t step_program_ops(const ferry_model* m);
 bool build_step_program(ferry_session* s, const KernelChoice& choice, StepProgram* program);
 void run_step_program(ferry_session* s, const float* input, float* output);
+// The same, reporting each layer to s->profiler (consecutive ops of one
+// layer, a stacked module's cells, as one report).
+void run_step_program_profiled(ferry_session* s, const float* input, float* output);
 // A program's `direct` cell: what lone_cell_step does for it, without its
 // decisions (inlined into the backend's step).
 inline void run_direct_step(LoneStep* d, const float* input, float* output) {
@@ -407,8 +418,10 @@ size_t xnn_temp_floats(const ferry_model* m, const KernelChoice& choice);
 ferry_status xnn_create_ops(ferry_session* s, const KernelChoice& choice, uint8_t* region, size_t xnn_bytes,
                             float* temp);
 
-// The backend entry (cpu_backend.cpp).
+// The backend entry (cpu_backend.cpp), and the one a session made with a
+// profiler runs through (Backend::profiled).
 extern const Backend kCpuBackend;
+extern const Backend kCpuProfiledBackend;
 
 }  // namespace cpu
 }  // namespace ferry

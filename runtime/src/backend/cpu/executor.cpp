@@ -38,9 +38,23 @@ void swap(float** a, float** b) {
   *b = t;
 }
 
-}  // namespace
+// Brackets one layer's work with the profiler's calls when kProfile; with
+// it false, nothing (the template's plain instantiation is the executor as
+// it was before profiling).
+template <bool kProfile>
+struct LayerScope {
+  LayerScope(const ferry_session* s, uint32_t layer) : s(s), layer(layer) {
+    if (kProfile) profile_layer(s, layer, 0);
+  }
+  ~LayerScope() {
+    if (kProfile) profile_layer(s, layer, 1);
+  }
+  const ferry_session* s;
+  uint32_t layer;
+};
 
-ferry_status execute(ferry_session* s, const RunCall& call) {
+template <bool kProfile>
+ferry_status execute_chain(ferry_session* s, const RunCall& call) {
   const ferry_model* m = s->model;
   CpuSession* cpu = cpu_of(s);
   const size_t B = call.batch, T = call.seq;
@@ -52,6 +66,7 @@ ferry_status execute(ferry_session* s, const RunCall& call) {
   float* other = cpu->act[1];
   uint32_t first = 0;
   if (call.tokens) {
+    const LayerScope<kProfile> scope(s, 0);
     embed(s, call.tokens, T, B, cur);
     first = 1;
   } else if (m->channels_first && T > 1) {
@@ -92,6 +107,7 @@ ferry_status execute(ferry_session* s, const RunCall& call) {
     }
     const kernels::KernelSet* k = cpu->kernels.layer(li);
     const size_t rows = steps * B;
+    const LayerScope<kProfile> scope(s, li);
     switch (layer.op) {
       case Op::kLstm: case Op::kGru: case Op::kRnnTanh: case Op::kRnnRelu: {
         float* result = run_recurrent(s, li, cur, other, steps, B, lengths);
@@ -166,6 +182,11 @@ ferry_status execute(ferry_session* s, const RunCall& call) {
   }
   return FERRY_OK;
 }
+
+}  // namespace
+
+ferry_status execute(ferry_session* s, const RunCall& call) { return execute_chain<false>(s, call); }
+ferry_status execute_profiled(ferry_session* s, const RunCall& call) { return execute_chain<true>(s, call); }
 
 }  // namespace cpu
 }  // namespace ferry

@@ -105,13 +105,17 @@ bool build_step_program(ferry_session* s, const KernelChoice& choice, StepProgra
   return cur == kOutput;
 }
 
-void run_step_program(ferry_session* s, const float* input, float* output) {
+namespace {
+
+template <bool kProfile>
+void run_program(ferry_session* s, const float* input, float* output) {
   const ferry_model* m = s->model;
   CpuSession* cpu = cpu_of(s);
   const StepProgram* p = cpu->program;
   for (uint32_t i = 0; i < p->count; ++i) {
     const StepOp& op = p->ops[i];
     const Layer& l = m->layers[op.layer];
+    if (kProfile && (i == 0 || p->ops[i - 1].layer != op.layer)) profile_layer(s, op.layer, 0);
     const float* src = buffer(cpu, op.src, input, output);
     float* dst = buffer(cpu, op.dst, input, output);
     switch (op.kind) {
@@ -150,7 +154,15 @@ void run_step_program(ferry_session* s, const float* input, float* output) {
         memcpy(dst, src, m->layers[op.layer].in * sizeof(float));
         break;
     }
+    if (kProfile && (i + 1 == p->count || p->ops[i + 1].layer != op.layer)) profile_layer(s, op.layer, 1);
   }
+}
+
+}  // namespace
+
+void run_step_program(ferry_session* s, const float* input, float* output) { run_program<false>(s, input, output); }
+void run_step_program_profiled(ferry_session* s, const float* input, float* output) {
+  run_program<true>(s, input, output);
 }
 
 }  // namespace cpu
