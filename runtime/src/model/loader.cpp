@@ -74,7 +74,7 @@ struct Loader {
     }
     const fb::Tensor* t = tensors->Get(static_cast<uint32_t>(index));
     if (static_cast<unsigned>(t->dtype()) > static_cast<unsigned>(fb::DType::MAX)) {
-      return fail(FERRY_INVALID_MODEL, "tensors[%lld].dtype: unknown value %u",
+      return fail(FERRY_UNSUPPORTED, "tensors[%lld].dtype: unknown value %u (a newer format?)",
                   static_cast<long long>(index), static_cast<unsigned>(t->dtype()));
     }
     const DType dtype = static_cast<DType>(t->dtype());  // the enums share values (static_asserts below)
