@@ -292,4 +292,55 @@ TEST(NoAlloc, RunStepAndStateAllocateNothing) {
   }
 }
 
+// The same with a profiler (ferry_session_options.profiler): the profiled
+// entry's run and step, whose only difference is the callbacks, allocate
+// nothing either.
+TEST(NoAlloc, ProfiledSessionsAllocateNothing) {
+  REQUIRE_TRAP();
+  struct Counter {
+    long begins = 0, ends = 0;
+    static void on_layer(void* context, size_t, int end) {
+      Counter* c = static_cast<Counter*>(context);
+      (end ? c->ends : c->begins) += 1;
+    }
+  } counter;
+  const ferry_profiler profiler{&counter, &Counter::on_layer};
+  for (DType dtype : {DType::F32, DType::I8}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    const ModelBytes bytes = model(LayerOp::LSTM, 12, 40, 0, 2, false, true, dtype);
+    std::vector<uint8_t> copy(bytes.data(), bytes.data() + bytes.size());
+    ferry_model* m = nullptr;
+    ASSERT_EQ(ferry_model_load(copy.data(), copy.size(), nullptr, &m), FERRY_OK) << ferry_last_error();
+    for (ferry_backend backend : {FERRY_BACKEND_REFERENCE, FERRY_BACKEND_SIMD, FERRY_BACKEND_XNNPACK,
+                                  FERRY_BACKEND_AUTO}) {
+      SCOPED_TRACE(static_cast<int>(backend));
+      const size_t B = 4, T = 5;
+      ferry_session_options o;
+      ferry_session_options_init(&o);
+      o.backend = backend;
+      o.max_batch = B;
+      o.max_seq = T;
+      o.profiler = &profiler;
+      size_t need = 0;
+      const ferry_status st = ferry_session_arena_size(m, &o, &need);
+      if (st == FERRY_UNSUPPORTED) continue;
+      ASSERT_EQ(st, FERRY_OK) << ferry_last_error();
+      std::vector<uint8_t> arena(need + 64);
+      uint8_t* aligned = arena.data() + (64 - reinterpret_cast<uintptr_t>(arena.data()) % 64) % 64;
+      ferry_session* s = nullptr;
+      ASSERT_EQ(ferry_session_init(m, &o, aligned, need, &s), FERRY_OK) << ferry_last_error();
+      std::vector<float> x(B * T * 12, 0.25f), y(B * T * 5);
+      counter = Counter{};
+      AllocationTrap trap;
+      EXPECT_EQ(ferry_run(s, x.data(), B, T, nullptr, y.data(), y.size()), FERRY_OK);
+      EXPECT_EQ(ferry_step(s, x.data(), 1, y.data(), y.size()), FERRY_OK);
+      EXPECT_EQ(ferry_step(s, x.data(), B, y.data(), y.size()), FERRY_OK);
+      EXPECT_EQ(trap.calls(), 0) << "allocations during profiled run/step";
+      EXPECT_GT(counter.begins, 0);
+      EXPECT_EQ(counter.begins, counter.ends);
+    }
+    ferry_model_free(m);
+  }
+}
+
 }  // namespace
