@@ -272,6 +272,9 @@ CONFIG_H = """/* The model handle's capacities for this export (scripts/export-e
 #ifndef FERRY_MAX_CELLS
 #define FERRY_MAX_CELLS %d
 #endif
+/* The per-layer profiler hook (ferry_session_options.profiler): define
+ * FERRY_PROFILER 0 to leave it out and save its code in flash; a session
+ * asking for a profiler is then refused (FERRY_UNSUPPORTED). */
 """
 
 SKETCH = r"""// FerryStream: a recurrent model streamed one step at a time on an Arduino

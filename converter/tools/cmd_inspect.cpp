@@ -566,6 +566,7 @@ void check_memory_file(const InspectOptions& o) {
 }
 
 std::string json_text(const InspectOptions& o) {
+  if (o.dot) throw UsageError("--dot prints a Graphviz graph, not JSON: run `ferry inspect FILE --dot`");
   check_memory_file(o);
   if (o.memory) {
     LoadedModel lm(o.file);

@@ -97,8 +97,9 @@ ferry_status plan_session(const ferry_model* m, const SessionConfig& config, siz
   const Backend& backend = backend_for(config.backend);
   if (config.profiler && !backend.profiled) {
     return fail(FERRY_UNSUPPORTED,
-                "options->profiler: the %s backend runs the chain as a whole and has no per-layer profile; time "
-                "ferry_run / ferry_step as a whole",
+                "options->profiler: the %s backend has no per-layer profile here (the CUDA backend runs the chain "
+                "as a whole: time ferry_run / ferry_step whole; a CPU runtime built with FERRY_PROFILER 0 leaves "
+                "it out)",
                 backend.name);
   }
   ferry_status st = backend.probe(m, config);

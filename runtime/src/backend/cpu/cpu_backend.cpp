@@ -216,6 +216,7 @@ ferry_status step(ferry_session* s, const RunCall& call) {
   return execute(s, call);
 }
 
+#if FERRY_PROFILER
 // The profiled entry's run and step: the same paths, each layer reported
 // (a program's direct cell goes through the program, which reports it).
 ferry_status run_profiled(ferry_session* s, const RunCall& call) { return execute_profiled(s, call); }
@@ -227,6 +228,7 @@ ferry_status step_profiled(ferry_session* s, const RunCall& call) {
   }
   return execute_profiled(s, call);
 }
+#endif
 
 // Copies between the session's internal state (max_batch rows) and the
 // public packed layout (`batch` rows). to_user selects the direction.
@@ -317,6 +319,7 @@ ferry_status arena_parts(const ferry_model* m, const SessionConfig& config, Aren
 
 }  // namespace
 
+#if FERRY_PROFILER
 const Backend kCpuBackend = {
     "cpu", probe, plan, init, run, step, state_get, state_set, state_reset, nullptr, nullptr, arena_parts,
     &kCpuProfiledBackend,
@@ -325,6 +328,11 @@ const Backend kCpuProfiledBackend = {
     "cpu", probe, plan, init, run_profiled, step_profiled, state_get, state_set, state_reset, nullptr, nullptr,
     arena_parts, &kCpuProfiledBackend,
 };
+#else
+const Backend kCpuBackend = {
+    "cpu", probe, plan, init, run, step, state_get, state_set, state_reset, nullptr, nullptr, arena_parts, nullptr,
+};
+#endif
 
 }  // namespace cpu
 }  // namespace ferry

@@ -277,6 +277,14 @@ inline float* state_c(const ferry_session* s, const Layer& layer, uint32_t c, si
   return base + (c * s->max_batch + b) * layer.hidden;
 }
 
+// FERRY_PROFILER 0 (-D, or ferry_config.h in an embedded export) leaves the
+// profiled entry out of the build: a firmware that never profiles saves its
+// code (the profiled instantiations of the executor and the step program),
+// and a session asking for a profiler is refused (FERRY_UNSUPPORTED).
+#ifndef FERRY_PROFILER
+#define FERRY_PROFILER 1
+#endif
+
 // The chain executor (executor.cpp): runs `call` through every layer;
 // execute_profiled also reports each layer to s->profiler (the profiled
 // entry's run; the same code otherwise, instantiated from one template).

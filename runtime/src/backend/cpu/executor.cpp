@@ -186,7 +186,9 @@ ferry_status execute_chain(ferry_session* s, const RunCall& call) {
 }  // namespace
 
 ferry_status execute(ferry_session* s, const RunCall& call) { return execute_chain<false>(s, call); }
+#if FERRY_PROFILER
 ferry_status execute_profiled(ferry_session* s, const RunCall& call) { return execute_chain<true>(s, call); }
+#endif
 
 }  // namespace cpu
 }  // namespace ferry

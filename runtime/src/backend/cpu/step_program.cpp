@@ -161,9 +161,11 @@ void run_program(ferry_session* s, const float* input, float* output) {
 }  // namespace
 
 void run_step_program(ferry_session* s, const float* input, float* output) { run_program<false>(s, input, output); }
+#if FERRY_PROFILER
 void run_step_program_profiled(ferry_session* s, const float* input, float* output) {
   run_program<true>(s, input, output);
 }
+#endif
 
 }  // namespace cpu
 }  // namespace ferry
