@@ -49,8 +49,8 @@ CLI::Validator finite_non_negative() {
 std::string version_text() {
   char line[256];
   std::snprintf(line, sizeof line,
-                "ferry %s\nmodel files: writes format 1.3 (%d.%d where a sequence output's layout differs from the "
-                "input's), reads formats %d.x to %d.x (any minor)\n",
+                "ferry %s\nmodel files: writes format 1.2 (f32), 1.3 (quantized weights), %d.%d (a sequence output "
+                "in another layout than the input's); reads formats %d.x to %d.x (any minor)\n",
                 FERRY_VERSION_STRING, FERRY_FORMAT_MAJOR, FERRY_FORMAT_MINOR, FERRY_FORMAT_MAJOR_OLDEST,
                 FERRY_FORMAT_MAJOR);
   return std::string(line) +
