@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -108,21 +109,9 @@ double quantile(const std::vector<double>& sorted, double q) {
   return sorted[std::min(sorted.size() - 1, static_cast<size_t>(q * (sorted.size() - 1) + 0.5))];
 }
 
+// `s` as a JSON string (a name from the file: any bytes; not UTF-8 ones as U+FFFD).
 std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (unsigned char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += static_cast<char>(c);
-    } else if (c < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", c);
-      out += buf;
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  return out + "\"";
+  return nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 // Times ferry_run (or, with --stream, ferry_step one time step at a time) on
@@ -159,7 +148,7 @@ int run_bench(const BenchOptions& o) {
   for (float& v : x) v = ferry::seeded_float(&state);
   size_t out_floats = 0;
   check(ferry_output_floats(lm.model, batch, stream ? 1 : seq, &out_floats), "output size");
-  std::vector<float> y(out_floats), xt(batch * info.input_size);
+  std::vector<float> y(out_floats);
   // One sample: a whole ferry_run, or `seq` ferry_step calls (input of each
   // step gathered beforehand, so that only ferry_step is timed).
   std::vector<float> steps(stream ? seq * batch * info.input_size : 0);
@@ -168,24 +157,25 @@ int run_bench(const BenchOptions& o) {
       const size_t src = info.batch_first ? (b * seq + t) * info.input_size : (t * batch + b) * info.input_size;
       std::memcpy(&steps[(t * batch + b) * info.input_size], &x[src], info.input_size * sizeof(float));
     }
-  const auto sample = [&] {
+  const size_t calls = stream ? seq : 1;
+  const auto call = [&](ferry_session* s, size_t t) {
     if (!stream) {
-      check(ferry_run(session, x.data(), batch, seq, nullptr, y.data(), y.size()), "run");
-      return;
-    }
-    for (size_t t = 0; t < seq; ++t) {
-      check(ferry_step(session, &steps[t * batch * info.input_size], batch, y.data(), y.size()), "step");
+      check(ferry_run(s, x.data(), batch, seq, nullptr, y.data(), y.size()), "run");
+    } else {
+      check(ferry_step(s, &steps[t * batch * info.input_size], batch, y.data(), y.size()), "step");
     }
   };
-  using clock = std::chrono::steady_clock;
+  const auto sample = [&] {
+    for (size_t t = 0; t < calls; ++t) call(session, t);
+  };
   sample();  // warm-up: caches, pages, branch predictors
   check(ferry_state_reset(session), "reset");
   size_t repeat = o.repeat;
   if (!o.repeat_opt->count()) {
     // About half a second of samples, at least 5, at most 10000.
-    const auto t0 = clock::now();
+    const auto t0 = Clock::now();
     sample();
-    const double one = std::chrono::duration<double>(clock::now() - t0).count();
+    const double one = std::chrono::duration<double>(Clock::now() - t0).count();
     repeat = std::max<size_t>(5, std::min<size_t>(10000, static_cast<size_t>(0.5 / std::max(one, 1e-9))));
   }
   // --per-layer: a second session, the same options and a profiler,
@@ -203,14 +193,9 @@ int run_bench(const BenchOptions& o) {
   }
   // One call of a traced sample: its own event around the layers'.
   const auto traced_sample = [&] {
-    const size_t calls = stream ? seq : 1;
     for (size_t t = 0; t < calls; ++t) {
       const Clock::time_point t0 = Clock::now();
-      if (!stream) {
-        check(ferry_run(profiled->session, x.data(), batch, seq, nullptr, y.data(), y.size()), "run");
-      } else {
-        check(ferry_step(profiled->session, &steps[t * batch * info.input_size], batch, y.data(), y.size()), "step");
-      }
+      call(profiled->session, t);
       const double us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
       if (layer_clock.tracing && layer_clock.events.size() < layer_clock.events.capacity()) {
         layer_clock.events.push_back(LayerClock::Event{LayerClock::kCall, t0, us});
@@ -223,7 +208,7 @@ int run_bench(const BenchOptions& o) {
     check(ferry_state_reset(profiled->session), "reset");
     // Room for every event of the traced samples: per call, each layer
     // once and the call itself.
-    layer_clock.events.reserve(traced_runs * (stream ? seq : 1) * (layers + 1));
+    layer_clock.events.reserve(traced_runs * calls * (layers + 1));
     for (auto& v : layer_us) v.reserve(repeat);
     profiled_us.reserve(repeat);
   }
@@ -231,15 +216,15 @@ int run_bench(const BenchOptions& o) {
   std::vector<double> us;
   us.reserve(repeat);
   for (size_t r = 0; r < repeat; ++r) {
-    const auto t0 = clock::now();
+    const auto t0 = Clock::now();
     sample();
-    us.push_back(std::chrono::duration<double, std::micro>(clock::now() - t0).count());
+    us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - t0).count());
     if (!per_layer) continue;
     std::fill(layer_clock.sample_us.begin(), layer_clock.sample_us.end(), 0.0);
     layer_clock.tracing = r < traced_runs;
-    const auto p0 = clock::now();
+    const auto p0 = Clock::now();
     traced_sample();
-    profiled_us.push_back(std::chrono::duration<double, std::micro>(clock::now() - p0).count());
+    profiled_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - p0).count());
     for (size_t l = 0; l < layers; ++l) layer_us[l].push_back(layer_clock.sample_us[l]);
   }
   std::sort(us.begin(), us.end());

@@ -133,37 +133,7 @@ nlohmann::ordered_json layer_dtype(const ferry::fb::Model* m, const ferry::fb::L
   return ferry::fb::EnumNameDType(m->tensors()->Get(static_cast<uint32_t>(index))->dtype());
 }
 
-// The model's user metadata (ferry_model_metadata_at), for people: one line
-// an entry, text shown escaped up to 60 bytes, numbers up to 8.
-void print_metadata(const ferry_model* model) {
-  const size_t n = ferry_model_metadata_count(model);
-  for (size_t i = 0; i < n; ++i) {
-    ferry_metadata e{};
-    e.struct_size = sizeof e;
-    check(ferry_model_metadata_at(model, i, &e), "metadata");
-    if (e.type == FERRY_METADATA_TEXT) {
-      const std::string text(e.text, e.text_bytes);
-      std::printf("meta     %-16s text, %zu bytes: \"%s\"%s\n", e.key, e.text_bytes, escaped(text.substr(0, 60)).c_str(),
-                  e.text_bytes > 60 ? "..." : "");
-      continue;
-    }
-    std::vector<double> v(e.count);
-    check(ferry_model_metadata_numbers(model, e.key, v.data(), v.size()), "metadata");
-    std::string shape, values;
-    for (size_t d = 0; d < e.rank; ++d) shape += (d ? ", " : "") + std::to_string(e.shape[d]);
-    for (size_t k = 0; k < v.size() && k < 8; ++k) {
-      char buf[32];
-      std::snprintf(buf, sizeof buf, "%s%.9g", k ? ", " : "", v[k]);
-      values += buf;
-    }
-    if (e.rank == 0) {
-      std::printf("meta     %-16s %s\n", e.key, values.c_str());
-    } else {
-      std::printf("meta     %-16s numbers [%s]: %s%s\n", e.key, shape.c_str(), values.c_str(), v.size() > 8 ? ", ..." : "");
-    }
-  }
-}
-
+// The model's user metadata, read through the C API (ferry_model_metadata_at).
 nlohmann::ordered_json metadata_json(const ferry_model* model) {
   nlohmann::ordered_json out = nlohmann::ordered_json::array();
   const size_t n = ferry_model_metadata_count(model);
@@ -186,6 +156,34 @@ nlohmann::ordered_json metadata_json(const ferry_model* model) {
     out.push_back(j);
   }
   return out;
+}
+
+// The same for people: one line an entry, text shown escaped up to 60
+// bytes, numbers up to 8.
+void print_metadata(const ferry_model* model) {
+  for (const auto& e : metadata_json(model)) {
+    const std::string key = e["key"];
+    if (e["type"] == "text") {
+      const std::string text = e["text"];
+      std::printf("meta     %-16s text, %zu bytes: \"%s\"%s\n", key.c_str(), text.size(),
+                  escaped(text.substr(0, 60)).c_str(), text.size() > 60 ? "..." : "");
+      continue;
+    }
+    const auto& v = e["values"];
+    std::string shape, values;
+    for (size_t d = 0; d < e["shape"].size(); ++d) shape += (d ? ", " : "") + std::to_string(e["shape"][d].get<size_t>());
+    for (size_t k = 0; k < v.size() && k < 8; ++k) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%s%.9g", k ? ", " : "", v[k].get<double>());
+      values += buf;
+    }
+    if (e["shape"].empty()) {
+      std::printf("meta     %-16s %s\n", key.c_str(), values.c_str());
+    } else {
+      std::printf("meta     %-16s numbers [%s]: %s%s\n", key.c_str(), shape.c_str(), values.c_str(),
+                  v.size() > 8 ? ", ..." : "");
+    }
+  }
 }
 
 int inspect_model(const std::string& path) {
@@ -323,28 +321,13 @@ nlohmann::ordered_json memory_json(const LoadedModel& lm, size_t max_batch, size
     throw Error("--max-batch " + std::to_string(max_batch) + " --max-seq " + std::to_string(max_seq) + ": " +
                 ferry_last_error());
   }
-  const auto* tensors = m->tensors();
-  const auto tensor_bytes = [tensors](int index) -> uint64_t {
-    if (!tensors || index < 0 || static_cast<uint32_t>(index) >= tensors->size()) return 0;
-    const auto* t = tensors->Get(static_cast<uint32_t>(index));
-    uint64_t bytes = t->size();
-    if (t->scales() >= 0 && static_cast<uint32_t>(t->scales()) < tensors->size()) {
-      bytes += tensors->Get(static_cast<uint32_t>(t->scales()))->size();
-    }
-    return bytes;
-  };
   ordered_json j;
   j["file"] = lm.file.size();
   uint64_t weights = 0;
   j["layers"] = ordered_json::array();
   for (uint32_t i = 0; m->layers() && i < m->layers()->size(); ++i) {
     const auto* l = m->layers()->Get(i);
-    uint64_t flash = tensor_bytes(l->weight()) + tensor_bytes(l->bias());
-    for (uint32_t c = 0; l->cells() && c < l->cells()->size(); ++c) {
-      const auto* cell = l->cells()->Get(c);
-      flash += tensor_bytes(cell->w_ih()) + tensor_bytes(cell->w_hh()) + tensor_bytes(cell->bias()) +
-               tensor_bytes(cell->b_hn()) + tensor_bytes(cell->w_hr());
-    }
+    const uint64_t flash = layer_weight_bytes(m, l);
     weights += flash;
     ordered_json layer;
     layer["index"] = i;
@@ -412,16 +395,23 @@ struct PlanView {
   std::string error;
 };
 
-PlanView plan_checkpoint(const InspectOptions& o) {
+// The conversion of the checkpoint that inspect's options describe, as
+// `ferry convert` would make it with the same ones.
+ConvertRequest checkpoint_request(const InspectOptions& o) {
   ConvertRequest request;
   request.input = o.file;
   request.key = o.key;
-  request.plan_only = true;
   if (o.graph_opt && o.graph_opt->count()) request.graph = o.graph;
   request.code = o.code;
   if (o.batch_first) request.batch_first = true;
   if (o.layout_opt && o.layout_opt->count()) request.layout = layout_named(o.layout);
   if (o.output_layout_opt && o.output_layout_opt->count()) request.output_layout = layout_named(o.output_layout);
+  return request;
+}
+
+PlanView plan_checkpoint(const InspectOptions& o) {
+  ConvertRequest request = checkpoint_request(o);
+  request.plan_only = true;
   PlanView v;
   try {
     v.report = convert(request).report;
@@ -581,21 +571,14 @@ std::string json_text(const InspectOptions& o) {
 // `inspect --dot`: a model file's chain, or the chain a checkpoint converts
 // to (converted in memory with the same options, nothing written).
 int inspect_dot(const InspectOptions& o) {
-  const std::string title = o.file.substr(o.file.find_last_of('/') == std::string::npos ? 0 : o.file.find_last_of('/') + 1);
+  const std::string title = basename_of(o.file);
   if (is_model_file(o.file)) {
     LoadedModel lm(o.file);  // verified: the graph reads only checked fields
     std::printf("%s", model_dot(ferry::fb::GetModel(lm.file.data()), title).c_str());
     return 0;
   }
-  ConvertRequest request;
-  request.input = o.file;
-  request.key = o.key;
+  ConvertRequest request = checkpoint_request(o);
   request.selftest = SelfTestPolicy::Never;
-  if (o.graph_opt && o.graph_opt->count()) request.graph = o.graph;
-  request.code = o.code;
-  if (o.batch_first) request.batch_first = true;
-  if (o.layout_opt && o.layout_opt->count()) request.layout = layout_named(o.layout);
-  if (o.output_layout_opt && o.output_layout_opt->count()) request.output_layout = layout_named(o.output_layout);
   const ConvertResult r = convert(request);
   std::printf("%s", model_dot(ferry::fb::GetModel(r.bytes.data()), title + " (" + r.report.graph + ")").c_str());
   return 0;

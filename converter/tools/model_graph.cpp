@@ -35,7 +35,8 @@ std::string with_commas(uint64_t v) {
   return out;
 }
 
-// The tensors a layer holds (its weights and their scales), each once.
+// The tensors a layer holds (its weights and their scales), each once: for
+// its dtypes.
 std::set<int32_t> layer_tensors(const fb::Model* m, const fb::Layer* l) {
   std::set<int32_t> t;
   const auto add = [&](int32_t i) {
@@ -104,6 +105,26 @@ std::string layer_detail(const fb::Layer* l) {
 
 }  // namespace
 
+uint64_t layer_weight_bytes(const fb::Model* m, const fb::Layer* l) {
+  const auto* tensors = m->tensors();
+  const auto tensor_bytes = [tensors](int32_t index) -> uint64_t {
+    if (!tensors || index < 0 || static_cast<uint32_t>(index) >= tensors->size()) return 0;
+    const fb::Tensor* t = tensors->Get(static_cast<uint32_t>(index));
+    uint64_t bytes = t->size();
+    if (t->scales() >= 0 && static_cast<uint32_t>(t->scales()) < tensors->size()) {
+      bytes += tensors->Get(static_cast<uint32_t>(t->scales()))->size();
+    }
+    return bytes;
+  };
+  uint64_t bytes = tensor_bytes(l->weight()) + tensor_bytes(l->bias());
+  for (uint32_t c = 0; l->cells() && c < l->cells()->size(); ++c) {
+    const fb::RecurrentCell* cell = l->cells()->Get(c);
+    bytes += tensor_bytes(cell->w_ih()) + tensor_bytes(cell->w_hh()) + tensor_bytes(cell->bias()) +
+             tensor_bytes(cell->b_hn()) + tensor_bytes(cell->w_hr());
+  }
+  return bytes;
+}
+
 std::string model_dot(const fb::Model* m, const std::string& title) {
   const char* layout = m->channels_first() ? "[B,F,T]" : m->batch_first() ? "[B,T,F]" : "[T,B,F]";
   std::string out = "digraph ferry {\n";
@@ -122,10 +143,8 @@ std::string model_dot(const fb::Model* m, const std::string& title) {
   std::vector<int64_t> saved_at;  // slot -> the Save layer that fills it
   for (uint32_t i = 0; i < n; ++i) {
     const fb::Layer* l = m->layers()->Get(i);
-    const std::set<int32_t> tensors = layer_tensors(m, l);
-    uint64_t bytes = 0;
-    for (int32_t ti : tensors) bytes += m->tensors()->Get(static_cast<uint32_t>(ti))->size();
-    const std::string dtypes = layer_dtypes(m, tensors);
+    const uint64_t bytes = layer_weight_bytes(m, l);
+    const std::string dtypes = layer_dtypes(m, layer_tensors(m, l));
     const std::string name = dot_text(l->name());
     out += "  L" + std::to_string(i) + " [label=\"" + std::to_string(i) + (name.empty() ? "" : ": " + name) + "\\n" +
            fb::EnumNameLayerKind(l->kind()) + " " + std::to_string(l->input_size()) + " -> " +

@@ -5,7 +5,6 @@
 // through the file to `inspect` and the C API, with its refusals.
 #include <gtest/gtest.h>
 
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -200,11 +199,10 @@ TEST(Metadata, ConvertInspectAndTheCApi) {
       << text.out;
 
   // The C API reads the same from the file's bytes.
-  const std::vector<uint8_t> bytes = read_bytes(fb);
-  std::vector<uint64_t> aligned((bytes.size() + 7) / 8);
-  std::memcpy(aligned.data(), bytes.data(), bytes.size());
+  const std::vector<uint8_t> file = read_bytes(fb);
+  const ferry::test::AlignedBytes bytes(file.data(), file.size());
   ferry_model* m = nullptr;
-  ASSERT_EQ(ferry_model_load(aligned.data(), bytes.size(), nullptr, &m), FERRY_OK) << ferry_last_error();
+  ASSERT_EQ(ferry_model_load(bytes.data(), bytes.size(), nullptr, &m), FERRY_OK) << ferry_last_error();
   ferry_metadata e{};
   e.struct_size = sizeof e;
   ASSERT_EQ(ferry_model_metadata(m, "feature_mean", &e), FERRY_OK);

@@ -6,7 +6,6 @@
 
 #include <gtest/gtest.h>
 
-#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -14,17 +13,17 @@
 
 #include "cli_runner.h"
 #include "ferry/ferry.h"
+#include "random_models.h"  // AlignedBytes
 
 namespace ferry::test {
 
 // The chain's length from the C API, in this process (one CLI run fewer
 // than asking `inspect --json`: under an emulator each run costs a second).
 inline void chain_length(const std::string& fb, size_t* layers) {
-  const std::string text = read_text(fb);
-  std::vector<uint64_t> aligned((text.size() + 7) / 8);
-  std::memcpy(aligned.data(), text.data(), text.size());
+  const std::vector<uint8_t> file = read_bytes(fb);
+  const AlignedBytes bytes(file.data(), file.size());
   ferry_model* m = nullptr;
-  ASSERT_EQ(ferry_model_load(aligned.data(), text.size(), nullptr, &m), FERRY_OK) << ferry_last_error();
+  ASSERT_EQ(ferry_model_load(bytes.data(), bytes.size(), nullptr, &m), FERRY_OK) << ferry_last_error();
   ferry_model_info info{};
   info.struct_size = sizeof info;
   EXPECT_EQ(ferry_model_get_info(m, &info), FERRY_OK);

@@ -17,11 +17,90 @@
 #include "ferry/ferry_generated.h"
 #include "model/loader.h"
 #include "model/model.h"
+#include "shared/metadata_rules.h"
 
 namespace ferry {
 namespace {
 
 namespace fb = ::ferry::fb;
+
+static_assert(meta::kMaxRank == FERRY_METADATA_MAX_RANK, "FERRY_METADATA_MAX_RANK");
+
+// Model.metadata against shared/metadata_rules.h: the user's entries,
+// informational, but read through the C API (ferry_model_metadata*), which
+// trusts what is checked here.
+ferry_status check_metadata(const fb::Model* m) {
+  const auto* entries = m->metadata();
+  if (!entries) return FERRY_OK;
+  const uint32_t n = entries->size();
+  if (n > meta::kMaxEntries) {
+    return fail(FERRY_INVALID_MODEL, "metadata: %u entries, at most %zu", n, meta::kMaxEntries);
+  }
+  size_t total = 0;
+  for (uint32_t i = 0; i < n; ++i) {
+    const fb::MetaEntry* e = entries->Get(i);
+    const flatbuffers::String* key = e->key();
+    if (!key || !meta::key_ok(key->c_str(), key->size())) {
+      return fail(FERRY_INVALID_MODEL, "metadata[%u]: the key is absent or not 1 to %zu characters of [A-Za-z0-9_.-]",
+                  i, meta::kMaxKeyBytes);
+    }
+    for (uint32_t j = 0; j < i; ++j) {
+      if (strcmp(entries->Get(j)->key()->c_str(), key->c_str()) == 0) {
+        return fail(FERRY_INVALID_MODEL, "metadata[%u] ('%s'): the key is also metadata[%u]'s", i, key->c_str(), j);
+      }
+    }
+    total += key->size();
+    if (e->type() == fb::MetaType::Text) {
+      const flatbuffers::String* text = e->text();
+      if (!text || e->numbers() || e->shape()) {
+        return fail(FERRY_INVALID_MODEL, "metadata[%u] ('%s'): a text entry holds text and nothing else", i,
+                    key->c_str());
+      }
+      if (text->size() > meta::kMaxTextBytes) {
+        return fail(FERRY_INVALID_MODEL, "metadata[%u] ('%s'): %u bytes of text, at most %zu", i, key->c_str(),
+                    text->size(), meta::kMaxTextBytes);
+      }
+      size_t bad = 0;
+      if (!meta::utf8_ok(reinterpret_cast<const uint8_t*>(text->data()), text->size(), &bad)) {
+        return fail(FERRY_INVALID_MODEL, "metadata[%u] ('%s'): the text is not UTF-8 (byte %zu)", i, key->c_str(),
+                    bad);
+      }
+      total += text->size();
+    } else if (e->type() == fb::MetaType::Numbers) {
+      const auto* numbers = e->numbers();
+      if (!numbers || e->text()) {
+        return fail(FERRY_INVALID_MODEL, "metadata[%u] ('%s'): a numbers entry holds numbers and nothing else", i,
+                    key->c_str());
+      }
+      if (numbers->size() == 0 || numbers->size() > meta::kMaxNumbers) {
+        return fail(FERRY_INVALID_MODEL, "metadata[%u] ('%s'): %u numbers, 1 to %zu", i, key->c_str(),
+                    numbers->size(), meta::kMaxNumbers);
+      }
+      const uint32_t rank = e->shape() ? e->shape()->size() : 0;
+      if (rank > meta::kMaxRank) {
+        return fail(FERRY_INVALID_MODEL, "metadata[%u] ('%s'): rank %u, at most %zu", i, key->c_str(), rank,
+                    meta::kMaxRank);
+      }
+      uint64_t product = 1;
+      for (uint32_t d = 0; d < rank; ++d) {
+        product *= e->shape()->Get(d);  // each factor < 2^32, at most 4 of them, capped below
+        if (product > meta::kMaxNumbers) break;
+      }
+      if (product != numbers->size()) {
+        return fail(FERRY_INVALID_MODEL, "metadata[%u] ('%s'): the shape holds %llu numbers, the entry %u", i,
+                    key->c_str(), static_cast<unsigned long long>(product), numbers->size());
+      }
+      total += size_t{numbers->size()} * sizeof(double);
+    } else {
+      return fail(FERRY_UNSUPPORTED, "metadata[%u] ('%s'): unknown type %u (a newer format?)", i, key->c_str(),
+                  static_cast<unsigned>(e->type()));
+    }
+    if (total > meta::kMaxTotalBytes) {
+      return fail(FERRY_INVALID_MODEL, "metadata: more than %zu bytes in all", meta::kMaxTotalBytes);
+    }
+  }
+  return FERRY_OK;
+}
 
 // The element size in bytes of `dtype` in the element-wise layouts
 // (RowMajor, Panel8); the int types exist only in their own layouts.

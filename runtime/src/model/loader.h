@@ -7,7 +7,8 @@
 //     index in range, every tensor window inside the weight blob and 64-byte
 //     aligned, dtypes this runtime reads, every shape product
 //     overflow-checked and equal to what its layer needs, the chain's
-//     feature widths consistent from input to output), filling the view.
+//     feature widths consistent from input to output, the user's metadata
+//     within shared/metadata_rules.h), filling the view.
 // Nothing is trusted that was not checked here; kernels index without checks.
 #pragma once
 
@@ -25,15 +26,5 @@ ferry_status verify_model_bytes(const uint8_t* bytes, size_t size);
 // `model` is a fresh handle whose `bytes` and `size` are set to bytes that
 // passed verify_model_bytes.
 ferry_status build_model_view(ferry_model* model);
-
-}  // namespace ferry
-
-namespace ferry {
-namespace fb {
-struct Model;
-}  // namespace fb
-
-// Model.metadata against shared/metadata_rules.h (api/metadata_api.cpp).
-ferry_status check_metadata(const fb::Model* m);
 
 }  // namespace ferry
