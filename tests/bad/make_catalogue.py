@@ -2667,6 +2667,30 @@ def pt2_legacy(state_dict_pkl):
     return bytes(z.finish()[0])
 
 
+def pickled_payload(pkl):
+    """What package_pt2 writes for a use_pickle tensor: a torch.save of it."""
+    return bytes(checkpoint(pkl=pkl, storages=[("0", FC_W)]).finish()[0])
+
+
+def subclass_tensor_pickle(size):
+    """torch.save of a tensor subclass made by as_subclass, marked a
+    Parameter: _rebuild_from_type_v2(_rebuild_tensor_v2, __main__.Tagged,
+    (storage, 0, size, stride, False, OrderedDict()), {'_is_param': True})."""
+    stride = [size[1], 1] if len(size) == 2 else [1]
+    p = P().proto(2).glob("torch._tensor", "_rebuild_from_type_v2").mark()
+    p.glob("torch._utils", "_rebuild_tensor_v2").glob("__main__", "Tagged")
+    p.mark().mark().str("storage").glob("torch", "FloatStorage").str("0").str("cuda:0").int(6).op(b"t").op(b"Q")
+    p.int(0).mark()
+    for d in size:
+        p.int(d)
+    p.op(b"t").mark()
+    for d in stride:
+        p.int(d)
+    p.op(b"t").false().ordered_dict().op(b"t")
+    p.op(b"}").str("_is_param").op(0x88).op(b"s")
+    return bytes(p.op(b"t").op(b"R").stop().b)
+
+
 def pt2_entries():
     add("checkpoints/control_pt2.pt2", pt2_raw(), "convert", None,
         "control: Linear(3, 2) exported by torch.export (2.9+ layout), converted with no flag", ok=True)
@@ -2713,8 +2737,31 @@ def pt2_entries():
     ckpt("pt2_dotdot_path_name.pt2", pt2_raw(config=pt2_config({"path_name": "../weights/weight_0"})),
          "config['fc.weight'].path_name: '../weights/weight_0' is not a record name below data/weights/",
          "path_name climbing out of data/weights/")
-    ckpt("pt2_use_pickle.pt2", pt2_raw(config=pt2_config({"use_pickle": True})),
-         "config['fc.weight'].use_pickle: a pickled tensor ('weight_0'", "a weight stored as a pickle")
+    # use_pickle: torch 2.15 torch.saves a tensor subclass instead of writing its raw bytes.
+    pickled = {"use_pickle": True}
+    add("checkpoints/control_pt2_use_pickle.pt2",
+        pt2_raw(config=pt2_config(pickled), records=[("weight_0", pickled_payload(subclass_tensor_pickle([2, 3]))),
+                                                     ("weight_1", FC_B)]), "convert", None,
+        "control: fc.weight a tensor subclass, packaged with use_pickle (a torch.save of it)", ok=True)
+    ckpt("pt2_use_pickle.pt2", pt2_raw(config=pt2_config(pickled)),
+         "config['fc.weight'].use_pickle: record 'model/data/weights/weight_0' is not a torch.save archive",
+         "a use_pickle weight whose record holds raw bytes")
+    ckpt("pt2_use_pickle_not_tensor.pt2",
+         pt2_raw(config=pt2_config(pickled), records=[("weight_0", pickled_payload(b"\x80\x02K\x07.")),
+                                                      ("weight_1", FC_B)]),
+         "config['fc.weight'].use_pickle: record 'model/data/weights/weight_0' holds a int, not a tensor",
+         "a use_pickle payload that unpickles to an int")
+    ckpt("pt2_use_pickle_shape.pt2",
+         pt2_raw(config=pt2_config(dict(pickled, tensor_meta=pt2_meta([3, 2]))),
+                 records=[("weight_0", pickled_payload(subclass_tensor_pickle([2, 3]))), ("weight_1", FC_B)]),
+         "config['fc.weight'].tensor_meta: says a [3, 2] float32 tensor; the pickled payload "
+         "'model/data/weights/weight_0' holds a [2, 3] float32 one", "a use_pickle payload of another shape")
+    ckpt("pt2_use_pickle_wrapper.pt2",
+         pt2_raw(config=pt2_config(pickled),
+                 records=[("weight_0", pickled_payload(b"\x80\x02c__main__\nQuantizedWeight\n)R.")),
+                          ("weight_1", FC_B)]),
+         "refused REDUCE of '__main__.QuantizedWeight'",
+         "a use_pickle payload rebuilt by its own class (a wrapper subclass)")
     ckpt("pt2_custom_obj_constant.pt2",
          pt2_raw(constants={"config": {"obj": {"path_name": "custom_obj_0", "is_param": False, "use_pickle": True}}}),
          "record 'model/data/constants/model_constants_config.json': config['obj']: a custom object (TorchBind "

@@ -1021,6 +1021,36 @@ TEST(Pt2Reader, NestedTorchSaveGoesThroughTheRestrictedUnpickler) {
   EXPECT_TRUE(contains(msg, "torch._export.serde.serialize._reconstruct_fake_tensor")) << msg;
 }
 
+// torch 2.15 torch.saves a tensor subclass (use_pickle) instead of writing
+// its raw bytes: read as a torch.save is read, checked against tensor_meta.
+TEST(Pt2Reader, PickledPayloadIsReadAsTorchSave) {
+  const std::string graph = linear_graph().text();
+  test::ojson config = test::ojson::parse(test::weights_config({{"fc.weight", "weight_0", {2, 3}},
+                                                                {"fc.bias", "weight_1", {2}}}));
+  config["config"]["fc.weight"]["use_pickle"] = true;
+  auto payload = [](std::vector<int64_t> size) {
+    test::PickleBuilder p;
+    p.proto(2);
+    test::TensorSpec w;
+    w.key = "0";
+    w.storage_numel = 6;
+    w.size = std::move(size);
+    test::emit_tensor(p, w);
+    p.stop();
+    return test::checkpoint_zip(p.bytes, {{"0", test::raw_bytes(kW)}}, "archive", "little");
+  };
+  const Bytes b = test::raw_bytes(kB);
+  const Loaded l = load(test::pt2_raw(graph, config.dump(), {{"weight_0", payload({2, 3})}, {"weight_1", b}}));
+  ASSERT_EQ(l.ck.tensors.size(), 2u);
+  EXPECT_EQ(l.ck.tensors[0].name, "fc.weight");
+  EXPECT_EQ(to_float32(l.ck.tensors[0]), kW);
+  EXPECT_EQ(l.ck.tensors[0].storage->location, "cuda:0");
+  EXPECT_EQ(to_float32(l.ck.tensors[1]), kB);
+  const std::string msg = load_error(test::pt2_raw(graph, config.dump(), {{"weight_0", payload({3, 2})}, {"weight_1", b}}));
+  EXPECT_TRUE(contains(msg, "config['fc.weight'].tensor_meta: says a [2, 3] float32 tensor; the pickled payload "
+                            "'model/data/weights/weight_0' holds a [3, 2] float32 one")) << msg;
+}
+
 TEST(Pt2Reader, RawWeightsRefusals) {
   const std::string graph = linear_graph().text();
   auto raw = [&](std::vector<RawTensor> tensors, std::vector<std::pair<std::string, Bytes>> records) {
@@ -1053,11 +1083,12 @@ TEST(Pt2Reader, RawWeightsRefusals) {
   msg = raw({{"fc.weight", "weight_0", {2, 3}}, bias}, {{"weight_0", Bytes(25)}, {"weight_1", test::raw_bytes(kB)}});
   EXPECT_TRUE(contains(msg, "record 'weight_0' has 25 bytes, not a whole number of float32 elements")) << msg;
 
-  // Pickled payloads are refused by name.
+  // A pickled payload must be a torch.save archive; script objects are refused by name.
   test::ojson config = test::ojson::parse(test::weights_config({{"fc.weight", "weight_0", {2, 3}}, bias}));
   config["config"]["fc.weight"]["use_pickle"] = true;
   msg = load_error(test::pt2_raw(graph, config.dump(), ok));
-  EXPECT_TRUE(contains(msg, "config['fc.weight'].use_pickle: a pickled tensor ('weight_0'")) << msg;
+  EXPECT_TRUE(contains(msg, "config['fc.weight'].use_pickle: record 'model/data/weights/weight_0' is not a torch.save "
+                            "archive")) << msg;
   const Bytes custom = test::pt2_raw(graph, test::weights_config({{"fc.weight", "weight_0", {2, 3}}, bias}), ok, "model",
                                      "little", R"({"config": {"obj": {"path_name": "custom_obj_0", "is_param": false, "use_pickle": true}}})");
   msg = load_error(custom);

@@ -187,6 +187,47 @@ bool same_view(const PayloadEntry& a, const PayloadEntry& b) {
          a.storage_offset == b.storage_offset;
 }
 
+std::string shape_text(const std::vector<int64_t>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s + "]";
+}
+
+// (c), use_pickle: what package_pt2 writes for a tensor subclass, a
+// torch.save of that one tensor. Read as a torch.save file is read (the
+// same allowlist: a subclass rebuilt by _rebuild_from_type_v2 is its data,
+// a wrapper subclass's own rebuild function is refused), and it must be the
+// tensor the config's tensor_meta describes.
+void add_pickled_payload(const ZipReader& zip, const std::string& record, const std::string& where,
+                         const PayloadEntry& e, bool constants, Checkpoint& out) {
+  const std::string full = (zip.prefix().empty() ? "" : zip.prefix() + "/") + record;
+  const ZipEntry* entry = zip.find(record);
+  if (!entry) throw Error(where + ".path_name: record '" + full + "' not found");
+  const ByteSpan bytes = zip.stored(*entry);
+  if (!ZipReader::has_zip_signature(bytes.data, bytes.size))
+    throw Error(where + ".use_pickle: record '" + full + "' is not a torch.save archive (a pickled payload is one)");
+  read_torch_save(zip, record, [&](const Value* root, const StorageTable& table, const std::string& label) {
+    if (root->kind != Kind::Tensor)
+      throw Error(where + ".use_pickle: record '" + full + "' holds a " + describe_value(root) + ", not a tensor");
+    Checkpoint one;
+    TensorCollector(label, table, one).add(e.fqn, root);
+    for (auto& ignored : one.ignored) out.ignored.push_back(std::move(ignored));
+    if (one.tensors.empty()) return;  // not a float tensor: listed as ignored with the reason
+    TensorRef& t = one.tensors[0];
+    if (e.has_meta) {
+      const DTypeInfo* info = scalar_type_info(e.dtype_code);
+      if (!info || info->dtype != t.dtype || e.sizes != t.shape)
+        throw Error(where + ".tensor_meta: says a " + shape_text(e.sizes) + " " + (info ? info->name : "unknown") +
+                    " tensor; the pickled payload '" + full + "' holds a " + shape_text(t.shape) + " " +
+                    dtype_name(t.dtype) + " one");
+    }
+    if (constants)
+      out.ignored.emplace_back(e.fqn, "a constant of the exported program");
+    else
+      out.tensors.push_back(std::move(t));
+  });
+}
+
 // (c): raw storages described by a payload config.
 void read_raw_tensors(const ZipReader& zip, const std::string& config_record, const std::string& folder,
                       bool constants, Checkpoint& out) {
@@ -213,12 +254,13 @@ void read_raw_tensors(const ZipReader& zip, const std::string& config_record, co
                   "'): ferry reads no script objects");
     if (starts_with("opaque_obj_"))
       throw Error(where + ": an opaque pickled object ('" + e.path_name + "'): ferry reads no pickled objects");
-    if (e.use_pickle)
-      throw Error(where + ".use_pickle: a pickled tensor ('" + e.path_name +
-                  "', a tensor subclass or a tensor torch could not store raw): ferry reads raw weight files only");
     if (!is_safe_key(e.path_name))
       throw Error(where + ".path_name: '" + e.path_name + "' is not a record name below " + folder +
                   " (a path, '..' or empty)");
+    if (e.use_pickle) {
+      add_pickled_payload(zip, folder + e.path_name, where, e, constants, out);
+      continue;
+    }
     if (!e.has_meta) throw Error(where + ": no tensor_meta for a raw tensor");
     const DTypeInfo* info = scalar_type_info(e.dtype_code);
     if (!info) throw Error(where + ".tensor_meta.dtype: unknown dtype code " + std::to_string(e.dtype_code));

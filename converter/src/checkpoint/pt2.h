@@ -22,9 +22,11 @@
 // one file, which several FQNs may share (a GPU LSTM's parameters are views
 // of one cuDNN flat buffer); every view is bounds-checked, and two different
 // FQNs whose contiguous views of one storage partly overlap are refused
-// (tied weights, the same view twice, are fine). Pickled payloads
-// (use_pickle: tensor subclasses, custom_obj_* TorchBind objects,
-// opaque_obj_*) are refused naming them; sample inputs are never read.
+// (tied weights, the same view twice, are fine). A use_pickle tensor (what
+// torch 2.15 writes for a tensor subclass: a torch.save of that tensor) is
+// read as a torch.save file is, and must match its tensor_meta;
+// custom_obj_* TorchBind objects and opaque_obj_* pickles are refused
+// naming them; sample inputs are never read.
 //
 // The graph (pt2_json.h) is bound to the weights through the signature:
 // every parameter and buffer it names must be a tensor of the file. The

@@ -34,7 +34,7 @@ struct PayloadEntry {
   std::string fqn;        // "lstm.weight_ih_l0"
   std::string path_name;  // the record below the payload folder: "weight_0"
   bool is_param = false;
-  bool use_pickle = false;   // a pickled tensor subclass or object: ferry refuses it
+  bool use_pickle = false;   // a torch.save payload (a tensor subclass) or a pickled object
   bool has_meta = false;     // tensor_meta present (required unless use_pickle)
   int64_t dtype_code = 0;    // the schema's ScalarType (7 = float32)
   std::vector<int64_t> sizes, strides;  // in elements
