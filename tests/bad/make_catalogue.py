@@ -748,6 +748,17 @@ def tensor_entries():
     ckpt("tensor_record_long.pt", sd(storages=[("0", FC_W + b"\0" * 4), ("1", FC_B)]),
          "record 'archive/data/0' has 28 bytes, but its storage declares 6 x 4 = 24 bytes",
          "a storage record longer than declared")
+    # torch.serialization.skip_data() (torch 2.5+): headers and sizes, zeros, no CRC, beside records with one.
+    zeros = [("0", b"\0" * 24), ("1", b"\0" * 8)]
+    add("checkpoints/control_zero_weights.pt", sd(storages=zeros), "convert", None,
+        "control: every weight 0, each record with its real CRC-32: converts", ok=True)
+    skipped = checkpoint(storages=zeros)
+    for c in skipped.central:
+        if b"/data/" in c["name"]:
+            c["crc"] = 0
+    ckpt("tensor_skip_data.pt", bytes(skipped.finish()[0]),
+         "record 'archive/data/0' holds no weights: the file was saved under torch.serialization.skip_data()",
+         "storages written by torch.serialization.skip_data(): zeros with CRC-32 0 beside records with CRCs")
     ckpt("tensor_unknown_storage_type.pt", sd(w=dict(storage_cls="Float8Storage")),
          "unknown storage type 'torch.Float8Storage'", "a storage class ferry does not know")
     ckpt("tensor_unknown_dtype_v3.pt",

@@ -153,6 +153,23 @@ StorageId parse_storage_id(const Value& pid, size_t arity) {
   return id;
 }
 
+namespace {
+
+// torch.serialization.skip_data() (torch 2.5+) writes each storage record's
+// header and size but none of its bytes: zeros, with a CRC-32 of 0, in an
+// archive whose other records carry real CRCs. An archive saved with
+// compute_crc32=False has 0 everywhere, and real zero weights have their
+// real CRC (never 0), so neither is mistaken for it.
+bool written_without_data(const ZipReader& zip, const std::string& folder, const ZipEntry& record, ByteSpan bytes) {
+  if (record.crc32 != 0 || bytes.size == 0) return false;
+  const ZipEntry* pickle = zip.find(folder + ".pkl");
+  if (!pickle || pickle->crc32 == 0) return false;
+  return std::all_of(bytes.data, bytes.data + bytes.size, [](uint8_t b) { return b == 0; }) &&
+         crc32_ieee(bytes.data, bytes.size) != 0;
+}
+
+}  // namespace
+
 Value* ZipStorageLoader::load(const Value& pid, ValueArena& arena) {
   const StorageId id = parse_storage_id(pid, 5);
   const StorageTable::Entry* entry = table_.find(id.key);
@@ -172,6 +189,10 @@ Value* ZipStorageLoader::load(const Value& pid, ValueArena& arena) {
       throw Error("record '" + ze->full_name + "' has " + std::to_string(bytes.size) +
                   " bytes, but its storage declares " + std::to_string(id.numel) + " x " +
                   std::to_string(id.info->size) + " = " + std::to_string(expected) + " bytes");
+    if (written_without_data(zip_, folder_, *ze, bytes))
+      throw Error("record '" + ze->full_name + "' holds no weights: the file was saved under "
+                  "torch.serialization.skip_data() (zeros, no CRC-32 among records that have one); "
+                  "save it without skip_data");
     auto storage = std::make_shared<Storage>();
     storage->key = id.key;
     storage->location = id.location;
