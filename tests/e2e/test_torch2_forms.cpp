@@ -4,8 +4,9 @@
 // directories, weight and spectral norm, a pickled nn.Sequential, scripted
 // and traced TorchScript. One case per manifest entry:
 //  - converted the way a user would: `ferry convert FILE model.fb` with no
-//    flag at all where the file records the network (`records_chain`), else
-//    with the manifest's --graph (and --layout, --key);
+//    flag at all where the file records the network (`records_chain`, but
+//    --key where the manifest gives one: a .pt2 of two programs), else with
+//    the manifest's --graph (and --layout, --key);
 //  - run whole-sequence and with --stream (ferry_step), each compared with
 //    PyTorch's own output (NAME.y.npy) within the manifest's tolerance, the
 //    stream also bit for bit with the whole run; a model that cannot stream
@@ -13,7 +14,10 @@
 //  - `expect_refusal` cases must be refused: `ferry: error:` on one line,
 //    naming the file and what is wrong (`refusal_says`, where given),
 //    nothing written.
-// The same test runs over tests/fixtures/script_branches (made by
+// The same test runs over tests/fixtures/torch215 (made by
+// make_torch2_fixtures.py, torch 2.15): every .pt2 form torch 2.15 writes,
+// DCP from 2 and 4 ranks, torch.compile and AMP checkpoints, and one case per
+// torch.save layout choice; and over tests/fixtures/script_branches (made by
 // make_script_branch_fixtures.py, torch 1.13): scripted forwards that branch
 // on what the file fixes (ranks, sizes, attributes, self.training, None
 // defaults), branches the data decides (refused), and classes with
@@ -43,6 +47,7 @@ using ferry::test::TempDir;
 
 const std::string kForms = std::string(FERRY_FIXTURES_DIR) + "/torch2_forms/";
 const std::string kBranches = std::string(FERRY_FIXTURES_DIR) + "/script_branches/";
+const std::string kTorch215 = std::string(FERRY_FIXTURES_DIR) + "/torch215/";
 
 struct Form {
   std::string dir;  // the manifest's folder
@@ -76,13 +81,14 @@ std::vector<Form> load_manifest(const std::string& dir = kForms) {
   return out;
 }
 
-// The user's command: no flags where the file records the chain.
+// The user's command: no flags where the file records the chain, but --key
+// where the file holds several (a .pt2 of two programs).
 std::string convert_command(const Form& f, const std::string& fb) {
   std::string c = "convert " + shell_quote(f.dir + f.file) + " " + shell_quote(fb);
+  if (!f.key.empty()) c += " --key " + shell_quote(f.key);
   if (f.records_chain) return c;
   c += " --graph " + shell_quote(f.graph);
   if (f.layout == "btf" || f.layout == "tbf" || f.layout == "bft") c += " --layout " + f.layout;
-  if (!f.key.empty()) c += " --key " + shell_quote(f.key);
   return c;
 }
 
@@ -157,6 +163,12 @@ TEST_P(Torch2FormTest, ConvertsAndMatchesPyTorch) {
 INSTANTIATE_TEST_SUITE_P(Torch211, Torch2FormTest, ::testing::ValuesIn(load_manifest()),
                          [](const ::testing::TestParamInfo<Form>& info) { return info.param.name; });
 
+// torch 2.15 (PyPI, CPU; storages recorded as cuda:0), made by
+// make_torch2_fixtures.py: every .pt2 form it writes, DCP from 2 and 4 ranks,
+// torch.compile and AMP checkpoints, and each torch.save layout choice.
+INSTANTIATE_TEST_SUITE_P(Torch215, Torch2FormTest, ::testing::ValuesIn(load_manifest(kTorch215)),
+                         [](const ::testing::TestParamInfo<Form>& info) { return info.param.name; });
+
 INSTANTIATE_TEST_SUITE_P(ScriptBranches, Torch2FormTest, ::testing::ValuesIn(load_manifest(kBranches)),
                          [](const ::testing::TestParamInfo<Form>& info) { return info.param.name; });
 
@@ -164,6 +176,7 @@ TEST(Torch2Forms, ManifestIsPresent) {
   // Guards against a suite that silently runs nothing: the 13 files of the set.
   EXPECT_GE(load_manifest().size(), 13u);
   EXPECT_GE(load_manifest(kBranches).size(), 12u);
+  EXPECT_GE(load_manifest(kTorch215).size(), 31u);
 }
 
 }  // namespace
