@@ -70,6 +70,40 @@ FERRY_VEC_INLINE QAcc qacc_dot(QAcc acc, QW w, QX x) {
 #endif
 }
 
+#if FERRY_QDOT >= 1
+// The GEMM tiles' form with VNNI (lowp_kernels.inl, I8Tile): the activation
+// quad as unsigned bytes u = x + 128 (x ^ 0x80), so that vpdpbusd needs no
+// sign moved onto every weight vector per row; the tile sums each weight
+// vector's bytes once (times 1) for all its rows and takes 128 times that
+// off: sum u w - 128 sum w = sum x w. vpdpbusd wraps modulo 2^32 and so do
+// the shift and the subtraction, so the int32 is exactly qacc_dot's (the
+// true sum fits: |sum x w| <= 127 * 127 * K).
+#define FERRY_QGEMM_UNSIGNED 1
+struct QU {
+  __m256i u;
+};
+FERRY_VEC_INLINE QU qu_load(const int8_t* p) {
+  return {_mm256_xor_si256(_mm256_set1_epi32(load_quad(p)), _mm256_set1_epi8(static_cast<char>(0x80)))};
+}
+FERRY_VEC_INLINE QAcc qacc_dotu(QAcc acc, QW w, QU x) {
+#if FERRY_QDOT == 1
+  return _mm256_dpbusd_avx_epi32(acc, x.u, w.v);
+#else
+  return _mm256_dpbusd_epi32(acc, x.u, w.v);
+#endif
+}
+FERRY_VEC_INLINE QAcc qacc_wsum(QAcc acc, QW w) {
+#if FERRY_QDOT == 1
+  return _mm256_dpbusd_avx_epi32(acc, _mm256_set1_epi8(1), w.v);
+#else
+  return _mm256_dpbusd_epi32(acc, _mm256_set1_epi8(1), w.v);
+#endif
+}
+FERRY_VEC_INLINE QAcc qacc_unsigned_to_signed(QAcc acc, QAcc wsum) {
+  return _mm256_sub_epi32(acc, _mm256_slli_epi32(wsum, 7));
+}
+#endif
+
 // float(dot), rounded to nearest even (vcvtdq2ps in the default mode).
 FERRY_VEC_INLINE Vec qacc_float(QAcc acc) { return {_mm256_cvtepi32_ps(acc)}; }
 
