@@ -19,8 +19,9 @@ the others from their exporters of the same module).
 """
 
 import numpy as np
-import torch
-import torch.nn as nn
+
+# torch is imported where a module is made, not here: the workers import this
+# file, and their resident memory must be their runtime's alone.
 
 # Steps per call for runtimes whose export fixes the sequence length (the
 # loop is unrolled at export): a whole sequence is run as T / CHUNK calls of
@@ -58,6 +59,8 @@ class Workload:
 
     def module(self):
         """The fp32 PyTorch module with this workload's weights."""
+        import torch
+        import torch.nn as nn
         torch.manual_seed(self.seed)
         cls = nn.LSTM if self.kind == "lstm" else nn.GRU
         return cls(self.I, self.H, num_layers=self.layers).eval()
@@ -87,31 +90,6 @@ def by_name(name):
     raise KeyError(name)
 
 
-class Carry(nn.Module):
-    """The module with its state as explicit inputs and outputs, what a
-    runtime whose exported program keeps no state between calls needs:
-    (x [T, B, I], h [L, B, H] (, c)) -> (y [T, B, H], h' (, c'))."""
-
-    def __init__(self, rnn, kind):
-        super().__init__()
-        self.rnn, self.kind = rnn, kind
-
-    def forward(self, x, h, c=None):
-        if self.kind == "lstm":
-            y, (h2, c2) = self.rnn(x, (h, c))
-            return y, h2, c2
-        y, h2 = self.rnn(x, h)
-        return y, h2
-
-
-class Passthrough(nn.Module):
-    """Python's per-call cost: W1 LSTM H16's signature (three [1, 1, 16]
-    tensors in, three out) and one trivial op per output."""
-
-    def forward(self, x, h, c):
-        return x + 1.0, h + 1.0, c + 1.0
-
-
 def inputs(w, steps=None, seed_offset=0):
     """The seeded input [steps, B, I] (steps: T, or STREAM_CHECK_STEPS for a
     stream case)."""
@@ -129,5 +107,6 @@ def calibration(w):
 
 def reference(w, x):
     """PyTorch's fp32 output for x, every step's top-layer h, zero state."""
+    import torch
     with torch.no_grad():
         return w.module()(torch.from_numpy(x))[0].numpy()
