@@ -636,7 +636,10 @@ struct GemmShape {
 
 const GemmShape kGemmShapes[] = {{1, 1, 1, 1},   {1, 7, 5, 3},     {4, 9, 13, 7},   {3, 17, 8, 13},
                                  {4, 64, 33, 6}, {1, 130, 19, 2},  {3, 24, 64, 12}, {4, 5, 100, 1},
-                                 {1, 16, 31, 5}, {3, 11, 32, 4},   {4, 3, 130, 9},  {1, 33, 65, 10}};
+                                 {1, 16, 31, 5}, {3, 11, 32, 4},   {4, 3, 130, 9},  {1, 33, 65, 10},
+                                 // even gate counts with 6 rows and more: the 512-bit int8 tiles
+                                 // (pairs of vectors) and their row and pair leftovers
+                                 {2, 17, 45, 13}, {4, 24, 70, 12}};
 
 // Runs `set`'s GEMM over rows x vectors of `w` split as threads would
 // (rows in two, the second half's vectors in two) into `c` (panel order or
@@ -711,9 +714,11 @@ TEST(QuantKernelSets, GemmIsTheContractOnEverySetAndWithinBoundOfFloat64) {
 TEST(QuantKernelSets, CompactGemmWritesOnlyTheTrueWidth) {
   std::mt19937 rng(31);
   for (DType d : {DType::kF16, DType::kI8, DType::kI4}) {
+    // gates 2: the 512-bit int8 tiles' masked stores (every set must stop at the same column)
+    for (uint32_t gates : {1u, 2u})
     for (uint32_t out : {1u, 5u, 12u, 17u}) {
-      QWeight w(rng, d, 1, out, 9);
-      Bias bias(rng, 1, out);
+      QWeight w(rng, d, gates, out, 9);
+      Bias bias(rng, gates, out);
       const std::vector<float> x = random_vector(rng, 3 * 9);
       std::vector<float> first;
       for (const KernelSet* set : all_sets(d)) {

@@ -37,6 +37,10 @@
 #ifndef FERRY_LOWP_I8_LSTM_STEP
 #define FERRY_LOWP_I8_LSTM_STEP lstm_steps<I8Product, FERRY_LOWP_I8_LSTM>
 #endif
+// ... and the int8 GEMM with a wider one (x86_avx512vnni.cpp).
+#ifndef FERRY_LOWP_I8_GEMM
+#define FERRY_LOWP_I8_GEMM i8_gemm
+#endif
 #ifndef FERRY_LOWP_I4_GRU
 #define FERRY_LOWP_I4_GRU 1
 #endif
@@ -65,7 +69,7 @@ const KernelSet f16_kernel_set =
 #endif
 extern const KernelSet i8_kernel_set;
 const KernelSet i8_kernel_set =
-    FERRY_LOWP_SET("i8", DType::kI8, I8Product, i8_gemm, (FERRY_LOWP_I8_LSTM_STEP), FERRY_LOWP_I8_LSTM,
+    FERRY_LOWP_SET("i8", DType::kI8, I8Product, FERRY_LOWP_I8_GEMM, (FERRY_LOWP_I8_LSTM_STEP), FERRY_LOWP_I8_LSTM,
                    FERRY_LOWP_I8_GRU, FERRY_LOWP_I8_RNN, i8_activation_bytes, i8_quantize_rows);
 extern const KernelSet i4_kernel_set;
 const KernelSet i4_kernel_set =

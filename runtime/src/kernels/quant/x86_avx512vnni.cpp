@@ -124,6 +124,118 @@ static void i8_lstm_step_x16(const StepArgs& s, uint32_t p0, uint32_t p1) {
   if (p < p1) lstm_steps<I8Product, 2>(s, p, p1);
 }
 
+// ------------------------------------------------ int8 GEMM, 512 bits --
+//
+// Vectors q and q + 1 of a matrix with an even gate count (q even) are two
+// gates of one panel and lie side by side: 64 bytes per quad, one zmm, and
+// their 16 output columns [8q, 8q + 16) are contiguous in a panel-order row,
+// as are their scales and bias. Tiles of MR rows x NZ such pairs, in
+// I8Tile's unsigned-activation form (ops_x86.h, qu_load): the same int32
+// sums and the same single fma per output, so the bits are I8Tile's (and the
+// contract's); only the width differs. Other matrices (odd G: GRU, Linear)
+// and a leftover vector take I8Tile.
+
+FERRY_VEC_INLINE __mmask16 first_lanes(uint32_t n) { return static_cast<__mmask16>(n >= 16 ? 0xffffu : (1u << n) - 1); }
+
+FERRY_VEC_INLINE __m512 gemm_init16(const GemmArgs& g, size_t m, uint32_t col) {
+  if (g.c_init) {
+    const float* p = g.c_init + m * g.ldc + col;
+    return col + 16 <= g.n_store ? _mm512_loadu_ps(p) : _mm512_maskz_loadu_ps(first_lanes(g.n_store - col), p);
+  }
+  if (g.bias) return _mm512_loadu_ps(g.bias->f32() + col);
+  return _mm512_setzero_ps();
+}
+
+FERRY_VEC_INLINE void gemm_store16(const GemmArgs& g, size_t m, uint32_t col, __m512 v) {
+  float* c = g.c + m * g.ldc + col;
+  if (col + 16 <= g.n_store) {
+    _mm512_storeu_ps(c, v);
+  } else if (col < g.n_store) {
+    _mm512_mask_storeu_ps(c, first_lanes(g.n_store - col), v);
+  }
+}
+
+template <int MR, int NZ>
+static void i8_tile_x16(const GemmArgs& g, size_t m0, uint32_t q0) {
+  const Weight& w = *g.w;
+  const uint32_t quads = static_cast<uint32_t>(layout::k4_of(w.cols) / layout::kQuad);
+  const size_t ldw = layout::panel8x4_quad_stride(w.gates);
+  const int8_t* wv[NZ];
+#pragma GCC unroll 4
+  for (int z = 0; z < NZ; ++z)
+    wv[z] = w.i8() + layout::panel8x4_vector_index(w.gates, w.cols, q0 + 2 * static_cast<uint32_t>(z));
+  const int8_t* a[MR];
+#pragma GCC unroll 8
+  for (int m = 0; m < MR; ++m) a[m] = g.qa + (m0 + m) * g.ldqa;
+  __m512i acc[MR][NZ], wsum[NZ];
+#pragma GCC unroll 4
+  for (int z = 0; z < NZ; ++z) wsum[z] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+  for (int m = 0; m < MR; ++m)
+#pragma GCC unroll 4
+    for (int z = 0; z < NZ; ++z) acc[m][z] = _mm512_setzero_si512();
+  const __m512i ones = _mm512_set1_epi8(1);
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  for (uint32_t c = 0; c < quads; ++c) {
+    __m512i wq[NZ];
+#pragma GCC unroll 4
+    for (int z = 0; z < NZ; ++z) {
+      wq[z] = _mm512_loadu_si512(wv[z]);
+      wv[z] += ldw;
+      wsum[z] = _mm512_dpbusd_epi32(wsum[z], ones, wq[z]);
+    }
+#pragma GCC unroll 8
+    for (int m = 0; m < MR; ++m) {
+      const __m512i u = _mm512_xor_si512(_mm512_set1_epi32(load_quad(a[m] + 4 * c)), flip);
+#pragma GCC unroll 4
+      for (int z = 0; z < NZ; ++z) acc[m][z] = _mm512_dpbusd_epi32(acc[m][z], u, wq[z]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int m = 0; m < MR; ++m) {
+    const __m512 s = _mm512_set1_ps(g.a_scales[m0 + m]);
+#pragma GCC unroll 4
+    for (int z = 0; z < NZ; ++z) {
+      const uint32_t col = (q0 + 2 * static_cast<uint32_t>(z)) * 8;
+      // The maskz forms: GCC 12 warns that the plain ones' _mm512_undefined
+      // operand is uninitialized.
+      const __m512i dot = _mm512_sub_epi32(acc[m][z], _mm512_maskz_slli_epi32(0xffff, wsum[z], 7));
+      const __m512 ws = _mm512_mul_ps(_mm512_loadu_ps(w.scales + col), s);
+      gemm_store16(g, m0 + m, col,
+                   _mm512_fmadd_ps(ws, _mm512_maskz_cvtepi32_ps(0xffff, dot), gemm_init16(g, m0 + m, col)));
+    }
+  }
+}
+
+// Rows inside, pairs outside: a pair group's weights stay in L1 while the
+// rows pass.
+template <int NZ>
+static void i8_rows_x16(const GemmArgs& g, size_t m0, size_t m1, uint32_t q) {
+  constexpr int MB = 6;
+  size_t m = m0;
+  for (; m + MB <= m1; m += MB) i8_tile_x16<MB, NZ>(g, m, q);
+  switch (m1 - m) {
+    case 5: i8_tile_x16<5, NZ>(g, m, q); break;
+    case 4: i8_tile_x16<4, NZ>(g, m, q); break;
+    case 3: i8_tile_x16<3, NZ>(g, m, q); break;
+    case 2: i8_tile_x16<2, NZ>(g, m, q); break;
+    case 1: i8_tile_x16<1, NZ>(g, m, q); break;
+    default: break;
+  }
+}
+
+static void i8_gemm_x16(const GemmArgs& g, size_t m0, size_t m1, uint32_t q0, uint32_t q1) {
+  if (g.w->gates % 2 != 0 || q0 % 2 != 0) {
+    i8_gemm(g, m0, m1, q0, q1);
+    return;
+  }
+  uint32_t q = q0;
+  for (; q + 4 <= q1; q += 4) i8_rows_x16<2>(g, m0, m1, q);
+  for (; q + 2 <= q1; q += 2) i8_rows_x16<1>(g, m0, m1, q);
+  if (q < q1) i8_gemm(g, m0, m1, q, q1);
+}
+
+#define FERRY_LOWP_I8_GEMM i8_gemm_x16
 #define FERRY_LOWP_I8_LSTM 4
 #define FERRY_LOWP_I8_LSTM_STEP i8_lstm_step_x16
 #include "kernels/quant/lowp_tables.inl"
