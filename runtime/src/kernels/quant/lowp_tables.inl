@@ -37,6 +37,10 @@
 #ifndef FERRY_LOWP_I8_LSTM_STEP
 #define FERRY_LOWP_I8_LSTM_STEP lstm_steps<I8Product, FERRY_LOWP_I8_LSTM>
 #endif
+// ... the LSTM update (gates and state are fp32 in every dtype) ...
+#ifndef FERRY_LOWP_LSTM_UPDATE
+#define FERRY_LOWP_LSTM_UPDATE FERRY_LOWP_F32::lstm_update
+#endif
 // ... and the int8 GEMM with a wider one (x86_avx512vnni.cpp).
 #ifndef FERRY_LOWP_I8_GEMM
 #define FERRY_LOWP_I8_GEMM i8_gemm
@@ -57,7 +61,7 @@
         FERRY_LOWP_F32::gelu_tanh_inplace, FERRY_LOWP_F32::prelu_rows, FERRY_LOWP_F32::scale_shift_rows,       \
         ref::f32_layer_norm, ref::f32_log_softmax,                                                             \
         {LSTM_STEP, gru_steps<PRODUCT, GRU_NP>, rnn_steps<PRODUCT, RNN_NP>},                                   \
-        {FERRY_LOWP_F32::lstm_update, FERRY_LOWP_F32::gru_update, FERRY_LOWP_F32::rnn_update},                 \
+        {FERRY_LOWP_LSTM_UPDATE, FERRY_LOWP_F32::gru_update, FERRY_LOWP_F32::rnn_update},                      \
         {nullptr, nullptr, nullptr}, ACT_BYTES, QUANTIZE                                                       \
   }
 

@@ -340,6 +340,28 @@ FERRY_VEC_INLINE void pair_gates(wide::Vec (&a)[4], __m512 if0, __m512 go0, __m5
   a[3] = {_mm512_shuffle_f32x4(go0, go1, 0xEE)};
 }
 
+// The batched update (gemm + update[]: the int8 sets' batched steps) two
+// panels of one row a zmm: pair_gates of panels p and p+1 (their [i f] and
+// [g o] halves, contiguous in the gate row), the stages of finish_row_pairs
+// on 16 lanes, c and h of the two panels one zmm each (they are adjacent).
+// Every lane the 8-lane code's operations, so lstm_update's bits. A last odd
+// panel, or a pair whose second panel has fewer than 8 units, goes 8 lanes.
+void lstm_update_pairs(const UpdateArgs& u, uint32_t p0, uint32_t p1) {
+  uint32_t p = p0;
+  for (; p + 2 <= p1 && panel_lanes(p + 1, u.hidden) == 8; p += 2) {
+    const float* g = u.gates + size_t{p} * 32;
+    wide::Vec a[4];
+    pair_gates(a, _mm512_loadu_ps(g), _mm512_loadu_ps(g + 16), _mm512_loadu_ps(g + 32), _mm512_loadu_ps(g + 48));
+#pragma GCC unroll 4
+    for (int k = 0; k < 4; ++k) a[k] = k == 2 ? wide::vtanh(a[k]) : wide::vsigmoid(a[k]);
+    float* c = u.c + size_t{p} * 8;
+    const wide::Vec c1 = wide::vfma(a[1], {_mm512_loadu_ps(c)}, wide::vmul(a[0], a[2]));  // lstm_cell
+    _mm512_storeu_ps(c, c1.v);
+    _mm512_storeu_ps(u.h_new + size_t{p} * 8, wide::vmul(a[3], wide::vtanh(c1)).v);  // lstm_hidden
+  }
+  if (p < p1) avx2::lstm_update(u, p, p1);
+}
+
 template <int NPAIR, int MR, int NZ>
 FERRY_VEC_INLINE void finish_row_pairs(const BatchStepArgs& s, const __m512 (&acc)[MR][NZ], size_t m0, int m, int i,
                                        uint32_t p) {
@@ -1019,6 +1041,7 @@ using namespace avx2;  // every entry this set does not replace
 }  // namespace avx512
 
 const KernelSet* f32_avx512_kernel_set() { return &avx512::f32_kernel_set; }
+void lstm_update_avx512(const UpdateArgs& u, uint32_t p0, uint32_t p1) { avx512::lstm_update_pairs(u, p0, p1); }
 
 }  // namespace kernels
 }  // namespace ferry

@@ -13,5 +13,11 @@ const KernelSet* f32_avx2_kernel_set();    // avx2.cpp
 const KernelSet* f32_avx512_kernel_set();  // avx512.cpp: f32_avx2 with AVX-512 GEMM and LSTM step
 const KernelSet* f32_neon_kernel_set();    // neon.cpp
 
+// avx512.cpp: the batched LSTM update (KernelSet::update[0]) two panels of a
+// row a zmm, bit for bit the AVX2 set's; the int8 AVX-512 VNNI set's update
+// (x86_avx512vnni.cpp, compiled with the same flags). Only where
+// f32_avx512_kernel_set() is non-null.
+void lstm_update_avx512(const UpdateArgs& u, uint32_t p0, uint32_t p1);
+
 }  // namespace kernels
 }  // namespace ferry
