@@ -87,6 +87,8 @@ def main():
     pt2 = sorted(os.path.join(forms, f) for f in os.listdir(forms) if f.endswith(".pt2"))
     made = os.path.join(HERE, "..", "fixtures", "pt2")
     pt2 += sorted(os.path.join(made, f) for f in os.listdir(made) if f.endswith(".pt2"))
+    t215 = os.path.join(HERE, "..", "fixtures", "torch215")
+    pt2 += sorted(os.path.join(t215, f) for f in os.listdir(t215) if f.endswith(".pt2"))
     targets = os.path.join(HERE, "..", "fixtures", "export_targets")
     pt2 += sorted(os.path.join(targets, f) for f in os.listdir(targets) if f.endswith(".pt2"))
     pt2 += sorted(os.path.join(bad, f) for f in os.listdir(bad) if f.endswith(".pt2"))
@@ -103,7 +105,8 @@ def main():
                 data = z.read(root + "data/weights/weight_%d" % i)
                 seed += struct.pack("<I", len(data)) + data
                 i += 1
-        write("pt2", os.path.basename(path)[:-4], seed)
+        prefix = "t215_" if os.path.basename(os.path.dirname(path)) == "torch215" else ""  # names shared with torch2_forms
+        write("pt2", prefix + os.path.basename(path)[:-4], seed)
 
     specials = [float("nan"), float("inf"), -float("inf"), 3.4028234663852886e38, -3.4028234663852886e38,
                 1e4, -1e4, 89.0, -89.0, 1e-40, -1e-40, 1.1754943508222875e-38, 0.0, -0.0, 1.0, -1.0]

@@ -57,8 +57,10 @@ copy_seeds() {  # copy_seeds TARGET FILE...
   for f in "$@"; do cp "$f" "$dir/$(basename "$(dirname "$f")")_$(basename "$f")"; done
 }
 numpy_fixtures=("$root"/tests/fixtures/ops/numpy*.pt)  # numpy arrays and scalars as data
-copy_seeds zip $(small "$fixtures"/*.pt "${numpy_fixtures[@]}" "$bad"/checkpoints/*)
-copy_seeds checkpoint $(small "$fixtures"/*.pt "${numpy_fixtures[@]}" "$fixtures"/*.safetensors "$bad"/checkpoints/*)
+t215=("$root"/tests/fixtures/torch215/*.pt)  # every torch.save layout choice of torch 2.15
+copy_seeds zip $(small "$fixtures"/*.pt "${numpy_fixtures[@]}" "${t215[@]}" "$bad"/checkpoints/*)
+copy_seeds checkpoint $(small "$fixtures"/*.pt "${numpy_fixtures[@]}" "${t215[@]}" "$fixtures"/*.safetensors \
+  "$bad"/checkpoints/*)
 copy_seeds pickle $(small "$root"/tests/fuzz/seeds/pickle/*)
 copy_seeds legacy "$fixtures"/lstm_legacy.pt "$root"/tests/fixtures/old_torch/module_v0[34].pt
 copy_seeds legacy_tar "$root"/tests/fixtures/old_torch/module_v02_tar.pt "$bad"/checkpoints/*tar*.pt
@@ -66,7 +68,7 @@ copy_seeds safetensors "$root"/tests/fuzz/seeds/safetensors/*
 copy_seeds inputs "$root"/tests/fuzz/seeds/inputs/*
 copy_seeds npy "$fixtures"/*.npy
 copy_seeds dcp "$root"/tests/fixtures/torch2_forms/dcp_*/.metadata "$root"/tests/fixtures/dcp_values/*/.metadata \
-  "$bad"/checkpoints/dcp_*/.metadata
+  "$root"/tests/fixtures/torch215/dcp_*/.metadata "$bad"/checkpoints/dcp_*/.metadata
 copy_seeds pt2 "$root"/tests/fuzz/seeds/pt2/*
 copy_seeds script_chain "$root"/tests/fuzz/seeds/script_chain/*
 copy_seeds python_source "$root"/tests/fuzz/seeds/python_source/*
