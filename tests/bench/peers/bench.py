@@ -21,7 +21,11 @@ the virtual environment and builds ferry); by hand:
    through its Python module (`ferry-py`), like the others.
 4. Python's cost per call, apart: each runtime's passthrough program (three
    [1, 1, 16] tensors in and out, one add each), timed in the same rounds.
-5. Memory: per runtime and case, a fresh process imports the runtime, loads
+5. The memory floor of a streaming step (W1, W4): the time one core takes
+   to read the step's weight bytes once (ferry's file's weights; a numpy
+   max over a buffer of that size, pinned to the same CPU, best of 30),
+   which no runtime that reads every weight once per step can beat.
+6. Memory: per runtime and case, a fresh process imports the runtime, loads
    the file and runs it three times: its resident memory after the import
    and at its peak. For ferry also the exact arena its session needs.
 
@@ -134,6 +138,26 @@ def ferry_check(ferry, w, fb, x, y):
     cmd = [ferry, "run", fb, "--input", x, "--output", y, "--quiet"] + (["--stream"] if w.stream else [])
     r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     return None if r.returncode == 0 else r.stderr.strip()
+
+
+def read_floor_us(nbytes, cpu, tries=30):
+    """Microseconds one core takes to read nbytes once: numpy's max over a
+    float32 buffer of that size (a reduction at the memory's speed), the
+    best of `tries`, on the CPU the runtimes run on."""
+    old = os.sched_getaffinity(0)
+    if cpu is not None:
+        os.sched_setaffinity(0, {cpu})
+    try:
+        buf = np.ones(max(nbytes // 4, 16), np.float32)
+        buf.max()
+        best = float("inf")
+        for _ in range(tries):
+            t0 = time.perf_counter()
+            buf.max()
+            best = min(best, time.perf_counter() - t0)
+        return best * 1e6
+    finally:
+        os.sched_setaffinity(0, old)
 
 
 def summary(trials):
@@ -250,6 +274,7 @@ def main():
                         del timed[w.name]["ferry"]
                         continue
                     plan[w.name]["ferry"]["arena_bytes"] = info.get("arena_bytes")
+                    plan[w.name]["ferry"]["weight_bytes"] = info.get("weight_bytes")
                 else:
                     rep = workers[rt].ask(op="time", case=w.name, budget=a.budget)
                     if "error" in rep:
@@ -267,10 +292,16 @@ def main():
     for wk in workers.values():
         wk.close()
 
-    # 5. Memory, a fresh process per runtime and case.
+    # 5. The read floor of a streaming step.
+    for w in cases:
+        wb = plan[w.name]["ferry"].get("weight_bytes")
+        if w.stream and wb:
+            plan[w.name]["floor"] = {"read_us": read_floor_us(wb, a.cpu), "weight_bytes": wb}
+
+    # 6. Memory, a fresh process per runtime and case.
     for w in cases:
         for rt, entry in plan[w.name].items():
-            if rt not in timed[w.name]:
+            if rt not in timed[w.name] or rt == "floor":
                 continue
             who = "ferry-py" if rt == "ferry" else rt
             r = subprocess.run([PY, os.path.join(HERE, "worker.py"), who, "--work", work, "--rss", w.name],
@@ -282,6 +313,8 @@ def main():
 
     for w in cases:
         c = {"workload": w.to_dict(), "runtimes": {}}
+        if "floor" in plan[w.name]:
+            c["floor"] = plan[w.name].pop("floor")
         for rt, entry in plan[w.name].items():
             e = dict(entry)
             if timed[w.name].get(rt):

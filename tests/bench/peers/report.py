@@ -67,7 +67,7 @@ def speed_table(data, int8):
     cases = [c for c in data["cases"] if c["workload"]["int8"] == int8]
     cols = [rt for rt in COLUMNS if any(rt in c["runtimes"] for c in cases)]
     head = ["workload"] + [labels[rt] for rt in cols] + ["fastest peer", "fastest peer / ferry (C)",
-                                                          "fastest peer / ferry (Python)"]
+                                                          "fastest peer / ferry (Python)", "read floor"]
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for c in cases:
         cells = [c["workload"]["name"]]
@@ -87,6 +87,7 @@ def speed_table(data, int8):
             cells.append(f"{best[1] / fp:.2f}x" if fp else "-")
         else:
             cells += ["-", "-", "-"]
+        cells.append(fmt_time((c.get("floor") or {}).get("read_us")))
         rows.append("| " + " | ".join(cells) + " |")
     return "\n".join(rows)
 
@@ -180,7 +181,9 @@ def markdown(data):
              f"medians of the rounds' medians (every trial and its spread: [peers.json](peers.json)). "
              f"{ver}; {v.get('ferry', 'ferry')}, backend auto. Times per call: a step (W1, W4) or the whole "
              f"sequence or batch (W2, W3).")
-    parts = [intro, "", "fp32:", "", speed_table(data, False), "", passthrough_line(data), "",
+    floor = ("\"read floor\": the time one core takes to read the step's weights once (a plain read of "
+             "that many bytes, measured in the same run); a step that reads every weight once cannot be faster.")
+    parts = [intro, "", "fp32:", "", speed_table(data, False), "", passthrough_line(data) + " " + floor, "",
              "int8 (each runtime's own quantizer; ferry: GPTQ with calibration):", "", speed_table(data, True), "",
              "int8 error against PyTorch's fp32 output, max abs / RMS (W1 over 64 steps with the state carried; "
              "W2 and W3 every step of the sequence):", "", error_table(data), "",
