@@ -67,7 +67,8 @@ def speed_table(data, int8):
     cases = [c for c in data["cases"] if c["workload"]["int8"] == int8]
     cols = [rt for rt in COLUMNS if any(rt in c["runtimes"] for c in cases)]
     head = ["workload"] + [labels[rt] for rt in cols] + ["fastest peer", "fastest peer / ferry (C)",
-                                                          "fastest peer / ferry (Python)", "read floor"]
+                                                          "fastest peer / ferry (Python)", "read floor",
+                                                          "could not"]
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for c in cases:
         cells = [c["workload"]["name"]]
@@ -88,8 +89,28 @@ def speed_table(data, int8):
         else:
             cells += ["-", "-", "-"]
         cells.append(fmt_time((c.get("floor") or {}).get("read_us")))
+        cells.append(could_not(c, labels))
         rows.append("| " + " | ".join(cells) + " |")
     return "\n".join(rows)
+
+
+def could_not(case, labels):
+    """The runtimes that could not make or run this case, and what they said
+    (first line, shortened)."""
+    out = []
+    for rt in PEERS:
+        e = case["runtimes"].get(rt)
+        if not e:
+            continue
+        err = (e.get("export") or {}).get("error")
+        where = "export"
+        if not err:
+            err, where = e.get("run_error"), "run"
+        if err:
+            msg = err.splitlines()[0]
+            msg = msg if len(msg) <= 70 else msg[:67] + "..."
+            out.append(f"{labels[rt]} ({where}: {html.escape(msg, quote=False)})")
+    return "; ".join(out)
 
 
 def passthrough_line(data):
@@ -141,33 +162,37 @@ def memory_table(data):
 
 
 def limits(data):
-    """What each peer could not do, from the export records and the runs."""
+    """How each peer had to be fed, and what it could not do, from the
+    export records and the runs."""
     labels = data["labels"]
     out = []
     for rt in PEERS:
-        notes, fails = set(), []
+        state, chunks, fails = False, set(), []
         for c in data["cases"]:
             e = c["runtimes"].get(rt)
             if not e:
                 continue
             feed = (e.get("export") or {}).get("feed") or {}
-            w = c["workload"]
-            if feed.get("state") == "passed in and out":
-                notes.add("keeps no state between calls: h and c are inputs and outputs, copied every call")
-            if feed.get("fixed_steps"):
-                notes.add(f"the loop is unrolled at export, so a call takes exactly the exported steps "
-                          f"(1 for W1/W4, {feed['steps_per_call'] if not w['stream'] else 16} for W2/W3, "
-                          f"run as T/{16} calls); another length needs another export")
+            state = state or feed.get("state") == "passed in and out"
+            if feed.get("fixed_steps") and not c["workload"]["stream"]:
+                chunks.add(feed["steps_per_call"])
             err = (e.get("export") or {}).get("error") or e.get("run_error")
             if err:
-                fails.append(f"{w['name']}: {err.splitlines()[0][:140]}")
-        if not notes and not fails:
-            continue
-        text = "; ".join(sorted(notes))
+                fails.append(f"{c['workload']['name']} ({err.splitlines()[0][:100]})")
+        notes = []
+        if state:
+            notes.append("keeps no state between calls: h (and c) are inputs and outputs of the file, "
+                         "passed back in on every call")
+        if chunks:
+            n = ", ".join(str(k) for k in sorted(chunks))
+            notes.append(f"unrolls the loop at export, so a file runs exactly the steps it was exported with: "
+                         f"1 for a streaming step, {n}-step chunks for W2/W3 (run as T/{n} calls with the "
+                         f"state passed on); another length needs another export")
         if fails:
-            text += ("; " if text else "") + "could not: " + "; ".join(fails)
-        out.append(f"| {labels[rt]} | {html.escape(text, quote=False)} |")
-    return "| runtime | what it could not do here |\n|---|---|\n" + "\n".join(out)
+            notes.append("could not run " + "; ".join(fails))
+        if notes:
+            out.append(f"| {labels[rt]} | {html.escape('; '.join(notes), quote=False)} |")
+    return "| runtime | how it had to be fed, and what it could not do |\n|---|---|\n" + "\n".join(out)
 
 
 def markdown(data):
