@@ -267,11 +267,11 @@ def svg(data, width=900):
 def replace_block(path, text):
     with open(path) as f:
         doc = f.read()
-    pat = re.compile(r"(<!-- peers-table:begin -->\n).*?(\n<!-- peers-table:end -->)", re.S)
+    pat = re.compile(r"(<!-- peers-table:begin -->\n).*?(<!-- peers-table:end -->)", re.S)
     if not pat.search(doc):
         sys.exit(f"report.py: {path} has no <!-- peers-table:begin --> ... <!-- peers-table:end --> block")
     with open(path, "w") as f:
-        f.write(pat.sub(lambda m: m.group(1) + text + m.group(2), doc))
+        f.write(pat.sub(lambda m: m.group(1) + text + "\n" + m.group(2), doc))
 
 
 def main():
