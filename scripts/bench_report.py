@@ -21,6 +21,7 @@ import argparse
 import html
 import json
 import math
+import os
 import re
 import sys
 
@@ -130,13 +131,16 @@ def svg(data, width=820):
     return "\n".join(out) + "\n"
 
 
-def replace_block(path, text):
+def replace_block(path, text, name="bench-table"):
+    """Replaces the text between `<!-- NAME:begin -->` and `<!-- NAME:end -->`
+    in the file at path (tests/bench/peers/report.py uses it too)."""
     with open(path) as f:
         doc = f.read()
     # The block may be empty (markers on consecutive lines) or hold a table.
-    pattern = re.compile(r"(<!-- bench-table:begin -->\n)(?:.*?\n)?(<!-- bench-table:end -->)", re.S)
+    begin, end = re.escape(f"<!-- {name}:begin -->"), re.escape(f"<!-- {name}:end -->")
+    pattern = re.compile(f"({begin}\n)(?:.*?\n)?({end})", re.S)
     if not pattern.search(doc):
-        sys.exit(f"bench_report: {path} has no <!-- bench-table:begin --> ... <!-- bench-table:end --> block")
+        sys.exit(f"{os.path.basename(sys.argv[0])}: {path} has no <!-- {name}:begin --> ... <!-- {name}:end --> block")
     doc = pattern.sub(lambda m: m.group(1) + text.rstrip("\n") + "\n" + m.group(2), doc, count=1)
     with open(path, "w") as f:
         f.write(doc)

@@ -18,8 +18,12 @@ import argparse
 import html
 import json
 import math
-import re
+import os
 import sys
+
+# The markers' block replacement, shared with the libtorch table's script.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "scripts"))
+from bench_report import replace_block  # noqa: E402
 
 PEERS = ["ort", "et-xnnpack", "et-portable", "litert", "litert-int8"]
 COLUMNS = ["ferry", "ferry-py"] + PEERS
@@ -264,16 +268,6 @@ def svg(data, width=900):
     return "\n".join(out) + "\n"
 
 
-def replace_block(path, text):
-    with open(path) as f:
-        doc = f.read()
-    pat = re.compile(r"(<!-- peers-table:begin -->\n).*?(<!-- peers-table:end -->)", re.S)
-    if not pat.search(doc):
-        sys.exit(f"report.py: {path} has no <!-- peers-table:begin --> ... <!-- peers-table:end --> block")
-    with open(path, "w") as f:
-        f.write(pat.sub(lambda m: m.group(1) + text + "\n" + m.group(2), doc))
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("json")
@@ -285,7 +279,7 @@ def main():
     text = markdown(data)
     print(text)
     if a.doc:
-        replace_block(a.doc, text)
+        replace_block(a.doc, text, "peers-table")
     if a.svg:
         with open(a.svg, "w") as f:
             f.write(svg(data))
