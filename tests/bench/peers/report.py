@@ -231,7 +231,7 @@ def svg(data, width=900):
     lo, hi = math.floor(math.log10(min(vals))), math.ceil(math.log10(max(vals)))
     hi = hi + 1 if hi == lo else hi
     left, right, top, row_h = 230, 30, 40, 24
-    height = top + row_h * len(rows) + 60
+    height = top + row_h * len(rows) + 80
     plot_w = width - left - right
 
     def x_of(us):
@@ -261,9 +261,12 @@ def svg(data, width=900):
                                f'fill-opacity="0.85"><title>{labels[rt]} {fmt_time(us)}</title></circle>')
     ly, lx = top + row_h * len(rows) + 36, 20
     for rt in COLUMNS:
+        step = 14 + 7 * len(labels[rt]) + 16
+        if lx + step > width:  # the legend wraps
+            ly, lx = ly + 18, 20
         out.append(f'<rect x="{lx}" y="{ly - 9}" width="10" height="10" fill="{colors[rt]}"/>')
         out.append(f'<text x="{lx + 14}" y="{ly}">{html.escape(labels[rt])}</text>')
-        lx += 14 + 7 * len(labels[rt]) + 16
+        lx += step
     out.append("</svg>")
     return "\n".join(out) + "\n"
 
