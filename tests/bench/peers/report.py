@@ -32,6 +32,8 @@ COLUMNS = ["ferry", "ferry-py"] + PEERS
 def fmt_time(us):
     if us is None:
         return "-"
+    if us >= 1e6:
+        return f"{us / 1e6:.3g} s"
     if us >= 1000:
         return f"{us / 1000:.3g} ms" if us < 100000 else f"{us / 1000:.0f} ms"
     if us >= 1:
