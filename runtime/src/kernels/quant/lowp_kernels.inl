@@ -359,15 +359,27 @@ static void f16_gemm(const GemmArgs& g, size_t m0, size_t m1, uint32_t q0, uint3
 }
 #endif
 
+// The GEMM tiles' rows (ops_x86.h, qrow_load): where the ISA has no row form
+// of its own, qacc_dot's signed quads, and no weight sum to take off (the
+// sums are never read, and the compiler drops them).
+#if !defined(FERRY_QROW_VNNI)
+typedef QX QRow;
+FERRY_VEC_INLINE QRow qrow_load(const int8_t* p) { return qx_load(p); }
+FERRY_VEC_INLINE QAcc qacc_rowdot(QAcc acc, QW w, QRow x) { return qacc_dot(acc, w, x); }
+FERRY_VEC_INLINE QAcc qacc_wsum(QAcc acc, QW) { return acc; }
+FERRY_VEC_INLINE QAcc qacc_rowdot_finish(QAcc acc, QAcc) { return acc; }
+#endif
+
 // i8: per quad, NV weight vectors loaded once for MR rows; MR*NV int32
 // accumulators (4 x 2 main tile: 8 accumulators, 2 weights, 2 registers per
 // activation quad, the constant 1s). With VNNI the activations go in as
 // unsigned bytes and the tile keeps NV weight sums besides (ops_x86.h,
-// qu_load): one vpdpbusd per row and vector instead of a vpsignb and a
+// qrow_load): one vpdpbusd per row and vector instead of a vpsignb and a
 // vpdpbusd, 1.7x faster on W3 int8 (LSTM 256, batch 64).
 struct I8Tile {
-#if defined(FERRY_QGEMM_UNSIGNED) && FERRY_QDOT == 2
-  // 32 registers (AVX-512VL): 6 x 2 measured fastest on W3 int8 (Zen 4).
+#if defined(FERRY_QROW_VNNI) && FERRY_QDOT == 2
+  // 32 registers (AVX-512VL): 6 x 2 measured fastest on W3 int8 (4 x 2,
+  // 4 x 4, 8 x 2 and 3 x 4 slower on an AVX-512 VNNI Xeon).
   static constexpr int kRows = 6, kVectors = 2;
 #else
   static constexpr int kRows = 4, kVectors = 2;
@@ -392,9 +404,6 @@ struct I8Tile {
     for (int m = 0; m < MR; ++m)
 #pragma GCC unroll 8
       for (int v = 0; v < NV; ++v) acc[m][v] = qacc_zero();
-#if defined(FERRY_QGEMM_UNSIGNED)
-    // VNNI: unsigned activations, each weight vector's byte sum once per
-    // quad for all MR rows (ops_x86.h, qu_load).
     QAcc wsum[NV];
 #pragma GCC unroll 8
     for (int v = 0; v < NV; ++v) wsum[v] = qacc_zero();
@@ -408,31 +417,15 @@ struct I8Tile {
       }
 #pragma GCC unroll 8
       for (int m = 0; m < MR; ++m) {
-        const QU x = qu_load(a[m] + 4 * c);
+        const QRow x = qrow_load(a[m] + 4 * c);
 #pragma GCC unroll 8
-        for (int v = 0; v < NV; ++v) acc[m][v] = qacc_dotu(acc[m][v], wq[v], x);
+        for (int v = 0; v < NV; ++v) acc[m][v] = qacc_rowdot(acc[m][v], wq[v], x);
       }
     }
 #pragma GCC unroll 8
     for (int m = 0; m < MR; ++m)
 #pragma GCC unroll 8
-      for (int v = 0; v < NV; ++v) acc[m][v] = qacc_unsigned_to_signed(acc[m][v], wsum[v]);
-#else
-    for (uint32_t c = 0; c < quads; ++c) {
-      QW wq[NV];
-#pragma GCC unroll 8
-      for (int v = 0; v < NV; ++v) {
-        wq[v] = qw_load(wv[v]);
-        wv[v] += ldw;
-      }
-#pragma GCC unroll 8
-      for (int m = 0; m < MR; ++m) {
-        const QX x = qx_load(a[m] + 4 * c);
-#pragma GCC unroll 8
-        for (int v = 0; v < NV; ++v) acc[m][v] = qacc_dot(acc[m][v], wq[v], x);
-      }
-    }
-#endif
+      for (int v = 0; v < NV; ++v) acc[m][v] = qacc_rowdot_finish(acc[m][v], wsum[v]);
 #pragma GCC unroll 8
     for (int m = 0; m < MR; ++m) {
       const Vec s = vset1(g.a_scales[m0 + m]);

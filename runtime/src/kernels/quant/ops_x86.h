@@ -58,48 +58,49 @@ FERRY_VEC_INLINE QAcc qacc_zero() { return _mm256_setzero_si256(); }
 // bytes, so the sign of x moves onto w (vpsignb: w, -w or 0): |x| * (+-w).
 // vpmaddubsw's pair sums are at most 2 * 127 * 127 = 32258 < 2^15 (no
 // saturation, as neither side is ever -128); vpmaddwd by 1 widens them.
+#if FERRY_QDOT >= 1
+// acc[j] += sum_i u[4j + i] * s[4j + i], unsigned x signed bytes, wrapping:
+// vpdpbusd, VEX (AVX-VNNI) or EVEX (AVX-512 VNNI).
+FERRY_VEC_INLINE __m256i vnni_dot(__m256i acc, __m256i u, __m256i s) {
+#if FERRY_QDOT == 1
+  return _mm256_dpbusd_avx_epi32(acc, u, s);
+#else
+  return _mm256_dpbusd_epi32(acc, u, s);
+#endif
+}
+#endif
+
 FERRY_VEC_INLINE QAcc qacc_dot(QAcc acc, QW w, QX x) {
   const __m256i ws = _mm256_sign_epi8(w.v, x.s);
 #if FERRY_QDOT == 0
   const __m256i pairs = _mm256_maddubs_epi16(x.a, ws);
   return _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
-#elif FERRY_QDOT == 1
-  return _mm256_dpbusd_avx_epi32(acc, x.a, ws);
 #else
-  return _mm256_dpbusd_epi32(acc, x.a, ws);
+  return vnni_dot(acc, x.a, ws);
 #endif
 }
 
-#if FERRY_QDOT >= 1
-// The GEMM tiles' form with VNNI (lowp_kernels.inl, I8Tile): the activation
-// quad as unsigned bytes u = x + 128 (x ^ 0x80), so that vpdpbusd needs no
-// sign moved onto every weight vector per row; the tile sums each weight
+// The rows of the GEMM tiles (lowp_kernels.inl, I8Tile): QRow, qrow_load,
+// qacc_rowdot, qacc_wsum, qacc_rowdot_finish. With VNNI the activation quad
+// goes in as unsigned bytes u = x + 128 (x ^ 0x80), so that vpdpbusd needs
+// no sign moved onto every weight vector per row; the tile sums each weight
 // vector's bytes once (times 1) for all its rows and takes 128 times that
-// off: sum u w - 128 sum w = sum x w. vpdpbusd wraps modulo 2^32 and so do
-// the shift and the subtraction, so the int32 is exactly qacc_dot's (the
-// true sum fits: |sum x w| <= 127 * 127 * K).
-#define FERRY_QGEMM_UNSIGNED 1
-struct QU {
+// off at the end: sum u w - 128 sum w = sum x w. vpdpbusd wraps modulo 2^32
+// and so do the shift and the subtraction, so the int32 is exactly
+// qacc_dot's (the true sum fits: |sum x w| <= 127 * 127 * K). Without VNNI
+// (FERRY_QDOT 0) the rows are qacc_dot's signed quads and there is no sum
+// to take off (lowp_kernels.inl's defaults, as on Arm).
+#if FERRY_QDOT >= 1
+#define FERRY_QROW_VNNI 1
+struct QRow {
   __m256i u;
 };
-FERRY_VEC_INLINE QU qu_load(const int8_t* p) {
+FERRY_VEC_INLINE QRow qrow_load(const int8_t* p) {
   return {_mm256_xor_si256(_mm256_set1_epi32(load_quad(p)), _mm256_set1_epi8(static_cast<char>(0x80)))};
 }
-FERRY_VEC_INLINE QAcc qacc_dotu(QAcc acc, QW w, QU x) {
-#if FERRY_QDOT == 1
-  return _mm256_dpbusd_avx_epi32(acc, x.u, w.v);
-#else
-  return _mm256_dpbusd_epi32(acc, x.u, w.v);
-#endif
-}
-FERRY_VEC_INLINE QAcc qacc_wsum(QAcc acc, QW w) {
-#if FERRY_QDOT == 1
-  return _mm256_dpbusd_avx_epi32(acc, _mm256_set1_epi8(1), w.v);
-#else
-  return _mm256_dpbusd_epi32(acc, _mm256_set1_epi8(1), w.v);
-#endif
-}
-FERRY_VEC_INLINE QAcc qacc_unsigned_to_signed(QAcc acc, QAcc wsum) {
+FERRY_VEC_INLINE QAcc qacc_rowdot(QAcc acc, QW w, QRow x) { return vnni_dot(acc, x.u, w.v); }
+FERRY_VEC_INLINE QAcc qacc_wsum(QAcc acc, QW w) { return vnni_dot(acc, _mm256_set1_epi8(1), w.v); }
+FERRY_VEC_INLINE QAcc qacc_rowdot_finish(QAcc acc, QAcc wsum) {
   return _mm256_sub_epi32(acc, _mm256_slli_epi32(wsum, 7));
 }
 #endif
@@ -135,10 +136,8 @@ FERRY_VEC_INLINE GAcc gacc_zero() { return _mm256_setzero_si256(); }
 FERRY_VEC_INLINE GAcc gacc_block(GAcc acc, Q4W w, Q4X x0, Q4X x1) {
 #if FERRY_QDOT == 0
   return _mm256_add_epi16(acc, _mm256_add_epi16(_mm256_maddubs_epi16(w.lo, x0.s), _mm256_maddubs_epi16(w.hi, x1.s)));
-#elif FERRY_QDOT == 1
-  return _mm256_dpbusd_avx_epi32(_mm256_dpbusd_avx_epi32(acc, w.lo, x0.s), w.hi, x1.s);
 #else
-  return _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(acc, w.lo, x0.s), w.hi, x1.s);
+  return vnni_dot(vnni_dot(acc, w.lo, x0.s), w.hi, x1.s);
 #endif
 }
 

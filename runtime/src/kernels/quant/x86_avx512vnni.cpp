@@ -156,8 +156,15 @@ FERRY_VEC_INLINE void gemm_store16(const GemmArgs& g, size_t m, uint32_t col, __
   }
 }
 
+// A tile for gemm_rows (lowp_kernels.inl): MR rows x NZ pairs.
+struct I8PairTile {
+  static constexpr int kRows = 6;
+  template <int MR, int NZ>
+  static void run(const GemmArgs& g, size_t m0, uint32_t q0);
+};
+
 template <int MR, int NZ>
-static void i8_tile_x16(const GemmArgs& g, size_t m0, uint32_t q0) {
+void I8PairTile::run(const GemmArgs& g, size_t m0, uint32_t q0) {
   const Weight& w = *g.w;
   const uint32_t quads = static_cast<uint32_t>(layout::k4_of(w.cols) / layout::kQuad);
   const size_t ldw = layout::panel8x4_quad_stride(w.gates);
@@ -208,31 +215,16 @@ static void i8_tile_x16(const GemmArgs& g, size_t m0, uint32_t q0) {
   }
 }
 
-// Rows inside, pairs outside: a pair group's weights stay in L1 while the
-// rows pass.
-template <int NZ>
-static void i8_rows_x16(const GemmArgs& g, size_t m0, size_t m1, uint32_t q) {
-  constexpr int MB = 6;
-  size_t m = m0;
-  for (; m + MB <= m1; m += MB) i8_tile_x16<MB, NZ>(g, m, q);
-  switch (m1 - m) {
-    case 5: i8_tile_x16<5, NZ>(g, m, q); break;
-    case 4: i8_tile_x16<4, NZ>(g, m, q); break;
-    case 3: i8_tile_x16<3, NZ>(g, m, q); break;
-    case 2: i8_tile_x16<2, NZ>(g, m, q); break;
-    case 1: i8_tile_x16<1, NZ>(g, m, q); break;
-    default: break;
-  }
-}
-
 static void i8_gemm_x16(const GemmArgs& g, size_t m0, size_t m1, uint32_t q0, uint32_t q1) {
   if (g.w->gates % 2 != 0 || q0 % 2 != 0) {
     i8_gemm(g, m0, m1, q0, q1);
     return;
   }
+  // Rows inside, pairs outside (gemm_rows): a pair group's weights stay in
+  // L1 while the rows pass.
   uint32_t q = q0;
-  for (; q + 4 <= q1; q += 4) i8_rows_x16<2>(g, m0, m1, q);
-  for (; q + 2 <= q1; q += 2) i8_rows_x16<1>(g, m0, m1, q);
+  for (; q + 4 <= q1; q += 4) gemm_rows<I8PairTile, 2>(g, m0, m1, q);
+  for (; q + 2 <= q1; q += 2) gemm_rows<I8PairTile, 1>(g, m0, m1, q);
   if (q < q1) i8_gemm(g, m0, m1, q, q1);
 }
 
