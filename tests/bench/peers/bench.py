@@ -47,11 +47,10 @@ import time
 
 import numpy as np
 
-from workloads import all_workloads, inputs, reference
+from workloads import PASSTHROUGH, all_workloads, inputs, reference
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 PY = sys.executable
-PASSTHROUGH = "passthrough"
 
 # Python runtimes, in the order of the first round; "ferry" (the C API, timed
 # by `ferry bench`) joins them in the rotation.
@@ -207,7 +206,7 @@ def main():
         "cases": [],
         "passthrough": {},
     }
-    # time-python: which runtimes run which case
+    # Which runtime runs which case, and the record of its file.
     plan = {}
     for w in cases:
         rts = {}

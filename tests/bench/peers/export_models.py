@@ -43,7 +43,7 @@ import numpy as np
 import torch
 import torch.nn as nn
 
-from workloads import all_workloads, calibration
+from workloads import PASSTHROUGH, all_workloads, calibration
 
 
 class Carry(nn.Module):
@@ -71,9 +71,6 @@ class Passthrough(nn.Module):
         return x + 1.0, h + 1.0, c + 1.0
 
 
-PASSTHROUGH = "passthrough"   # the per-call cost case's folder name
-
-
 def args_for(w, steps):
     x = torch.zeros(steps, w.B, w.I)
     return (x,) + tuple(torch.zeros(*s) for s in w.state_shapes)
@@ -84,7 +81,7 @@ def passthrough_args():
 
 
 def feed_of(runtime, w):
-    if runtime in ("ferry", "ferry-py"):
+    if runtime == "ferry":
         return {"steps_per_call": 1 if w.stream else w.T, "state": "inside", "fixed_steps": False}
     if runtime == "ort":
         return {"steps_per_call": 1 if w.stream else w.T, "state": "passed in and out", "fixed_steps": False}

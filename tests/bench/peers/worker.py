@@ -31,9 +31,7 @@ import time
 
 import numpy as np
 
-from workloads import by_name
-
-PASSTHROUGH = "passthrough"
+from workloads import PASSTHROUGH, by_name
 
 
 def rss_kb():

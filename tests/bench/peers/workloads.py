@@ -28,6 +28,10 @@ import numpy as np
 # a CHUNK-step module with the state passed from call to call.
 CHUNK = 16
 
+# The case that measures Python's cost per call (each runtime's passthrough
+# program); also its folder name under models/.
+PASSTHROUGH = "passthrough"
+
 # Steps over which a streaming (W1/W4) case's error is measured: the state
 # carried through 64 calls.
 STREAM_CHECK_STEPS = 64
