@@ -7,10 +7,11 @@
 #   BUILD   the build folder (default build-cuda; configured and built with
 #           -DFERRY_CUDA=ON by the `build` step when it has no ferry binary)
 #   OUTDIR  where the logs go (default BUILD/gpu-check)
-#   STEPS   comma list (default info,build,cuda,fixtures,sanitize):
+#   STEPS   comma list (default info,build,archs,cuda,fixtures,sanitize):
 #
 #   info      nvidia-smi, nvcc, driver
 #   build     configure and build BUILD when it has no tests binary yet
+#   archs     the SASS and PTX each CUDA object carries (scripts/cuda-archs.sh)
 #   cuda      the CUDA tests alone (unit: *cuda*/*Cuda*, e2e: CudaCli.*)
 #   fixtures  every fixture of tests/fixtures (models, ops, torch2,
 #             torch2_forms, trained) converted, and, in fp32 and (models,
@@ -37,7 +38,7 @@
 set -u
 BUILD=${1:-build-cuda}
 OUT=${2:-$BUILD/gpu-check}
-STEPS=${3:-info,build,cuda,fixtures,sanitize}
+STEPS=${3:-info,build,archs,cuda,fixtures,sanitize}
 HERE=$(cd "$(dirname "$0")/.." && pwd)
 mkdir -p "$OUT"
 failed=0
@@ -206,6 +207,7 @@ bench() { "$BUILD/tests/bench/ferry_bench_cuda" --quick --json "$OUT/bench.json"
 
 step info info
 step build build
+step archs "$HERE/scripts/cuda-archs.sh" "$BUILD"
 step cuda cuda
 step fixtures fixtures
 step sanitize sanitize
