@@ -21,7 +21,8 @@ set(FERRY_CUDA_HOST_SOURCES
   ${PROJECT_SOURCE_DIR}/runtime/src/backend/cuda/plan.cpp
   ${PROJECT_SOURCE_DIR}/runtime/src/backend/cuda/executor.cpp
   ${PROJECT_SOURCE_DIR}/runtime/src/backend/cuda/mailbox.cpp
-  ${PROJECT_SOURCE_DIR}/runtime/src/backend/cuda/resident.cpp)
+  ${PROJECT_SOURCE_DIR}/runtime/src/backend/cuda/resident.cpp
+  ${PROJECT_SOURCE_DIR}/runtime/src/backend/cuda/resident_program.cpp)
 
 # `ferry inspect` asks the CUDA plan (plan.cpp, plain C++) which files the
 # backend runs, in every build: without FERRY_CUDA it is compiled into the

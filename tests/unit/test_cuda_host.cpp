@@ -24,11 +24,14 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "backend/cuda/device_math.h"
 #include "backend/cuda/executor.h"
+#include "backend/cuda/mailbox.h"
 #include "backend/cuda/plan.h"
+#include "backend/cuda/resident_program.h"
 #include "compare.h"
 #include "ferry/ferry.h"
 #include "ferry/ferry_generated.h"
@@ -429,8 +432,26 @@ class EmulatedSession {
     out->assign(n, -7.0f);
     const ferry::RunCall call{tokens ? nullptr : input.data(), tokens ? tokens->data() : nullptr,
                               batch, seq, lengths.empty() ? nullptr : lengths.data(), out->data(), seq};
+    if (program_on_ && seq == 1) {  // what the resident kernel runs: the recorded step program
+      fc::stage_call(x_, call);
+      const ferry_status st =
+          fc::replay_step_program(x_, program_.data(), program_.size(), static_cast<int64_t>(batch), kEmulatedOps, &emu_);
+      if (st == FERRY_OK) fc::complete_call(x_, call);
+      return st;
+    }
     return fc::execute(x_, kEmulatedOps, &emu_, call);
   }
+  // From now on every one-step run replays the step program recorded here
+  // (resident_program.h) instead of the executor's launches.
+  ferry_status use_step_program() {
+    program_.resize(fc::kMaxProgram);
+    size_t n = 0;
+    const ferry_status st = fc::record_step_program(x_, program_.data(), program_.size(), &n);
+    program_.resize(n);
+    program_on_ = st == FERRY_OK;
+    return st;
+  }
+  const std::vector<fc::ProgramOp>& program() const { return program_; }
   std::vector<float> state(size_t batch) {
     std::vector<float> s(batch * model_->state_floats);
     EXPECT_EQ(fc::copy_state(x_, kEmulatedOps, &emu_, batch, s.data(), true), FERRY_OK);
@@ -452,6 +473,8 @@ class EmulatedSession {
   std::vector<fc::CellRuntime> cells_;
   fc::ExecState x_;
   EmulatedDevice emu_;
+  std::vector<fc::ProgramOp> program_;
+  bool program_on_ = false;
 };
 
 // ------------------------------------------------------------- cases --
@@ -1192,7 +1215,7 @@ TEST(CudaHost, EveryOpFixtureMatchesReferenceAndPyTorch) {
     bool zero_copy;
   } devices[] = {{"h100 copy", h100(), false}, {"orin zero copy", orin(), true},
                  {"no cooperative launch", no_cooperative(), false}};
-  std::set<int> ops_seen;
+  std::set<int> ops_seen, kinds_seen;
   bool channels_first = false, tokens = false, lengths = false;
   int streamed = 0;
   for (const OpFixtureCase& c : cases) {
@@ -1225,6 +1248,12 @@ TEST(CudaHost, EveryOpFixtureMatchesReferenceAndPyTorch) {
       ASSERT_EQ(whole.run(c.input, c.batch, c.seq, {}, &a, c.tokens.empty() ? nullptr : &c.tokens), FERRY_OK);
       EXPECT_TRUE(bit_equal(a, emulated_steps(stream, m, c.input, c.tokens, c.batch, c.seq))) << "step vs run";
       EXPECT_TRUE(bit_equal(whole.state(c.batch), stream.state(c.batch))) << "final state, step vs run";
+      // The resident kernel's step program, replayed: the same bits.
+      EmulatedSession resident(m, c.batch, 1, orin(), true);
+      ASSERT_EQ(resident.use_step_program(), FERRY_OK) << ferry_last_error();
+      EXPECT_TRUE(bit_equal(a, emulated_steps(resident, m, c.input, c.tokens, c.batch, c.seq))) << "program vs run";
+      EXPECT_TRUE(bit_equal(whole.state(c.batch), resident.state(c.batch))) << "final state, program vs run";
+      for (const fc::ProgramOp& op : resident.program()) kinds_seen.insert(op.kind);
       ++streamed;
     }
   }
@@ -1234,6 +1263,11 @@ TEST(CudaHost, EveryOpFixtureMatchesReferenceAndPyTorch) {
   }
   EXPECT_TRUE(channels_first && tokens && lengths);
   EXPECT_GE(streamed, 25);
+  // Every kind of step-program entry but the quantization (the quantized
+  // tests below) was replayed.
+  for (int k = 0; k < fc::kProgKinds; ++k) {
+    if (k != fc::kProgQuantize) EXPECT_TRUE(kinds_seen.count(k)) << "no fixture's program has " << fc::program_kind_name(k);
+  }
 }
 
 // Every weighted layer of `plan` in `dtype` (what --quantize does to the
@@ -1509,6 +1543,157 @@ TEST(CudaHost, ReadersIndexTheStoredLayouts) {
         ASSERT_EQ(v4, s4 * static_cast<float>(ferry::layout::panel8x8q4_load(i4.data(), G, K, g, u, k)));
       }
     }
+  }
+}
+
+// ------------------------------------------- the resident step program --
+
+// The step program of a chain lists what the executor launches for one
+// step, in order; replayed for steps of any batch up to max_batch it gives
+// the launched steps' output and state bit for bit (the batch changing
+// from step to step, samples past it keeping their state), in every
+// weight type; what cannot be a program is refused with the reason.
+TEST(CudaHost, StepProgramIsWhatTheLaunchedStepDoes) {
+  using ferry::conv::LayerOp;
+  ModelSpec spec;  // LSTM > last > Linear: ingest, W_ih x, step, last, Linear, emit
+  spec.input_size = 5;
+  spec.batch_first = true;
+  spec.layers = {{LayerOp::LSTM, 8}, {LayerOp::Last}, {LayerOp::Linear, 3}};
+  spec.seed = 31;
+  std::vector<uint8_t> bytes = ferry::test::build_model_bytes(spec);
+  Runner ref(bytes, 4, 1);
+  ASSERT_EQ(ref.status(), FERRY_OK) << ref.last_error();
+  EmulatedSession s(ref.model(), 4, 1, orin(), true);
+  ASSERT_EQ(s.use_step_program(), FERRY_OK) << ferry_last_error();
+  std::vector<int32_t> kinds;
+  for (const fc::ProgramOp& op : s.program()) kinds.push_back(op.kind);
+  EXPECT_EQ(kinds, (std::vector<int32_t>{fc::kProgIngest, fc::kProgGemm, fc::kProgRecurrent, fc::kProgLast,
+                                         fc::kProgGemm, fc::kProgEmit}));
+  EXPECT_EQ(s.program()[1].per_sample, 1);  // one row per sample in a step
+  EXPECT_EQ(fc::at_batch(s.program()[1], 3).gemm.m, 3);
+  EXPECT_EQ(fc::at_batch(s.program()[3], 2).last.batch, 2);
+  // Refused: a session that copies, a model that cannot stream, too small a table.
+  EmulatedSession copying(ref.model(), 4, 1, orin(), false);
+  EXPECT_EQ(copying.use_step_program(), FERRY_UNSUPPORTED);
+  EXPECT_NE(std::string(ferry_last_error()).find("zero-copy"), std::string::npos) << ferry_last_error();
+  std::vector<fc::ProgramOp> small(3);
+  size_t n = 99;
+  EXPECT_EQ(fc::record_step_program(s.exec(), small.data(), small.size(), &n), FERRY_UNSUPPORTED);
+  EXPECT_NE(std::string(ferry_last_error()).find("more than 3 operations"), std::string::npos) << ferry_last_error();
+  EXPECT_EQ(n, 0u);
+
+  int checked = 0, refused = 0;
+  std::vector<ModelSpec> specs;
+  for (const Case& c : cases()) specs.push_back(c.spec);
+  const std::vector<ModelSpec> mixed = ferry::test::mixed_dtype_specs();
+  for (const Dt dtype : {Dt::F32, Dt::F16, Dt::I8, Dt::I4}) {
+    for (const ModelSpec& spec : dtype == Dt::F32 ? specs : mixed) {
+      SCOPED_TRACE(std::string(ferry::conv::dtype_name(dtype)) + " model seed " + std::to_string(spec.seed));
+      const ferry::conv::ModelPlan f32 = ferry::test::make_plan(spec);
+      const std::vector<uint8_t> model_bytes =
+          ferry::conv::build_model(dtype == Dt::F32 ? f32 : quantized_plan(f32, dtype)).to_vector();
+      const size_t B = 5, T = 6;
+      Runner r(model_bytes, B, 1);
+      ASSERT_EQ(r.status(), FERRY_OK) << r.last_error();
+      const ferry_model* m = r.model();
+      EmulatedSession launched(m, B, 1, orin(), true), program(m, B, 1, orin(), true);
+      const ferry_status st = program.use_step_program();
+      if (!m->streamable) {
+        EXPECT_EQ(st, FERRY_UNSUPPORTED);
+        EXPECT_NE(std::string(ferry_last_error()).find("cannot stream"), std::string::npos) << ferry_last_error();
+        ++refused;
+        continue;
+      }
+      ASSERT_EQ(st, FERRY_OK) << ferry_last_error();
+      int quantizes = 0;
+      for (const fc::ProgramOp& op : program.program()) quantizes += op.kind == fc::kProgQuantize;
+      if (dtype == Dt::I8 || dtype == Dt::I4) EXPECT_GT(quantizes, 0);
+      const size_t I = m->input_size;
+      for (size_t t = 0; t < T; ++t) {
+        const size_t batch = t % 3 == 1 ? 2 : t % 3 == 2 ? 1 : B;  // 5, 2, 1, 5, 2, 1
+        std::vector<float> x(batch * I), a, b;
+        for (size_t i = 0; i < x.size(); ++i) x[i] = ferry::test::uniform_pm1(spec.seed + 77, t, i);
+        ASSERT_EQ(launched.run(x, batch, 1, {}, &a), FERRY_OK) << ferry_last_error();
+        ASSERT_EQ(program.run(x, batch, 1, {}, &b), FERRY_OK) << ferry_last_error();
+        ASSERT_TRUE(bit_equal(a, b)) << "step " << t << ", batch " << batch;
+      }
+      EXPECT_TRUE(bit_equal(launched.state(B), program.state(B))) << "final state of all " << B << " samples";
+      EXPECT_EQ(program.device().graph_one, launched.device().graph_one);  // one cell step per step
+      ++checked;
+    }
+  }
+  EXPECT_GE(checked, 25);
+  EXPECT_GE(refused, 4);
+}
+
+// The whole resident path on the host: each ferry_step stages its call,
+// rings the mailbox and waits; a fake device (a thread playing the
+// resident kernel) serves the request by replaying the step program over
+// the session's memory; the host then takes the output and flips the
+// parities. The same bits as the launched steps, batch changing; a batch
+// the fake refuses fails that step with the device's status.
+TEST(CudaHost, ResidentStepsThroughTheMailboxEqualTheLaunchedSteps) {
+  using ferry::conv::LayerOp;
+  for (const Dt dtype : {Dt::F32, Dt::I8}) {
+    SCOPED_TRACE(ferry::conv::dtype_name(dtype));
+    ModelSpec spec;  // stacked LSTM with projection, then a Linear and softmax per step
+    spec.input_size = 7;
+    spec.layers = {{LayerOp::LSTM, 40, 2, false, 12}, {LayerOp::Linear, 4}, {LayerOp::Softmax}};
+    spec.seed = 41;
+    const ferry::conv::ModelPlan f32 = ferry::test::make_plan(spec);
+    const std::vector<uint8_t> bytes =
+        ferry::conv::build_model(dtype == Dt::F32 ? f32 : quantized_plan(f32, dtype)).to_vector();
+    const size_t B = 3;
+    Runner r(bytes, B, 1);
+    ASSERT_EQ(r.status(), FERRY_OK) << r.last_error();
+    const ferry_model* m = r.model();
+    EmulatedSession launched(m, B, 1, h100(), true), resident(m, B, 1, h100(), true);
+    ASSERT_EQ(resident.use_step_program(), FERRY_OK) << ferry_last_error();
+    fc::Mailbox box;
+    std::memset(&box, 0, sizeof(box));
+    fc::MailboxHost host;
+    host.init(&box, fc::WaitPolicy());
+    const std::vector<fc::ProgramOp> program = resident.program();
+    std::thread device([&] {
+      uint32_t served = 0;
+      for (;;) {
+        fc::MailboxRequest q;
+        if (!fc::mailbox_poll(&box, served, &q)) {
+          std::this_thread::yield();
+          continue;
+        }
+        served = q.seq;
+        if (q.command == fc::kMailStop) {
+          fc::mailbox_reply(&box, q.seq, fc::kMailOk, true);
+          return;
+        }
+        int32_t status = fc::kMailUnknownCommand;
+        if (q.command == fc::kMailStep) {
+          status = q.batch < 1 || q.batch > B ? fc::kMailBadBatch
+                   : fc::replay_step_program(resident.exec(), program.data(), program.size(), q.batch, kEmulatedOps,
+                                             &resident.device()) == FERRY_OK ? fc::kMailOk
+                                                                             : fc::kMailDeviceFault;
+        }
+        fc::mailbox_reply(&box, q.seq, status, false);
+      }
+    });
+    const size_t I = m->input_size, F = m->output_size;
+    for (size_t t = 0; t < 8; ++t) {
+      const size_t batch = t % 2 ? 1 : B;
+      std::vector<float> x(batch * I), a, b(batch * F, -7.0f);
+      for (size_t i = 0; i < x.size(); ++i) x[i] = ferry::test::uniform_pm1(43, t, i);
+      ASSERT_EQ(launched.run(x, batch, 1, {}, &a), FERRY_OK) << ferry_last_error();
+      const ferry::RunCall call{x.data(), nullptr, batch, 1, nullptr, b.data(), 1};
+      fc::stage_call(resident.exec(), call);
+      ASSERT_EQ(host.call(fc::kMailStep, static_cast<uint32_t>(batch)), FERRY_OK) << ferry_last_error();
+      fc::complete_call(resident.exec(), call);
+      ASSERT_TRUE(bit_equal(a, b)) << "step " << t;
+    }
+    EXPECT_TRUE(bit_equal(launched.state(B), resident.state(B)));
+    EXPECT_EQ(host.call(fc::kMailStep, static_cast<uint32_t>(B + 1)), FERRY_INVALID_STATE);
+    EXPECT_NE(std::string(ferry_last_error()).find("a batch outside"), std::string::npos) << ferry_last_error();
+    EXPECT_EQ(host.stop(1000000), FERRY_OK) << ferry_last_error();
+    device.join();
   }
 }
 

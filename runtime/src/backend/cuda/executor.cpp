@@ -247,11 +247,9 @@ ferry_status build_exec_state(const ferry_model* m, const SessionConfig& config,
   return FERRY_OK;
 }
 
-ferry_status execute(ExecState& x, const DeviceOps& ops, void* ctx, const RunCall& call) {
+void stage_call(ExecState& x, const RunCall& call) {
   const ferry_model* m = x.model;
   const size_t B = call.batch, T = call.seq;
-  ferry_status st = FERRY_OK;
-
   // 1. Descriptor and input (floats, or token ids) in the staging block.
   CallDesc* desc = reinterpret_cast<CallDesc*>(x.staging);
   memset(desc, 0, sizeof(CallDesc));
@@ -269,6 +267,13 @@ ferry_status execute(ExecState& x, const DeviceOps& ops, void* ctx, const RunCal
   if (call.lengths) memcpy(desc + 1, call.lengths, B * sizeof(int32_t));
   const size_t in_bytes = B * T * m->input_size * sizeof(float);  // token ids: input_size 1, 4 bytes each
   memcpy(x.staging + x.host.input, call.tokens ? static_cast<const void*>(call.tokens) : call.input, in_bytes);
+}
+
+ferry_status device_call(ExecState& x, const DeviceOps& ops, void* ctx, const RunCall& call) {
+  const ferry_model* m = x.model;
+  const size_t B = call.batch, T = call.seq;
+  const size_t in_bytes = B * T * m->input_size * sizeof(float);
+  ferry_status st = FERRY_OK;
 
   // 2. Input into act0, time-major (token ids stay as they are: the
   //    Embedding layer reads them where they lie).
@@ -429,8 +434,7 @@ ferry_status execute(ExecState& x, const DeviceOps& ops, void* ctx, const RunCal
   if (x.zero_copy) {
     e.dst = reinterpret_cast<float*>(x.staging_device + x.host.output);
     if ((st = ops.emit(ctx, e)) != FERRY_OK) return st;
-    if ((st = ops.finish(ctx)) != FERRY_OK) return st;
-    memcpy(call.output, x.staging + x.host.output, out_bytes);
+    return ops.finish(ctx);
   } else {
     const float* src = result;
     if (e.layout != kTimeMajor || e.lengths) {
@@ -439,13 +443,28 @@ ferry_status execute(ExecState& x, const DeviceOps& ops, void* ctx, const RunCal
       src = e.dst;
     }
     if ((st = ops.to_host(ctx, call.output, src, out_bytes)) != FERRY_OK) return st;
-    if ((st = ops.finish(ctx)) != FERRY_OK) return st;
+    return ops.finish(ctx);
   }
+}
 
+void complete_call(ExecState& x, const RunCall& call) {
+  const ferry_model* m = x.model;
+  if (x.zero_copy) {
+    const size_t steps = steps_at(m, m->num_layers, call.seq);
+    memcpy(call.output, x.staging + x.host.output, steps * call.batch * m->output_size * sizeof(float));
+  }
   // 5. Every cell's state moved to its other buffer once per step.
+  const CallDesc* desc = reinterpret_cast<const CallDesc*>(x.staging);
   for (uint32_t c = 0; c < m->num_cells; ++c) {
     x.cells[c].parity = static_cast<uint8_t>((x.cells[c].parity + desc->steps[c]) & 1);
   }
+}
+
+ferry_status execute(ExecState& x, const DeviceOps& ops, void* ctx, const RunCall& call) {
+  stage_call(x, call);
+  const ferry_status st = device_call(x, ops, ctx, call);
+  if (st != FERRY_OK) return st;
+  complete_call(x, call);
   return FERRY_OK;
 }
 

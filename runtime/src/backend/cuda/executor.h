@@ -134,8 +134,18 @@ ferry_status build_exec_state(const ferry_model* m, const SessionConfig& config,
                               bool zero_copy, uint8_t* device, uint8_t* staging, uint8_t* staging_device,
                               CellRuntime* cells, ExecState* x);
 
-// One ferry_run / ferry_step call (arguments checked by the C API).
+// One ferry_run / ferry_step call (arguments checked by the C API):
+// stage_call, device_call, and on success complete_call.
 ferry_status execute(ExecState& x, const DeviceOps& ops, void* ctx, const RunCall& call);
+
+// The parts of a call, for paths that run the device's part otherwise (the
+// resident kernel, resident_program.h): 1. the descriptor and the input into
+// the staging block; 2.-4. the device's work through `ops` (on the copy
+// path ending with the output in call.output); then the output from the
+// staging block (zero copy) and every cell's parity flipped by its steps.
+void stage_call(ExecState& x, const RunCall& call);
+ferry_status device_call(ExecState& x, const DeviceOps& ops, void* ctx, const RunCall& call);
+void complete_call(ExecState& x, const RunCall& call);
 
 // The public state layout (ferry.h, ferry_state_get) from or to the device.
 ferry_status copy_state(ExecState& x, const DeviceOps& ops, void* ctx, size_t batch, float* user, bool to_user);
