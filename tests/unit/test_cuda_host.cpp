@@ -31,6 +31,7 @@
 #include "backend/cuda/executor.h"
 #include "backend/cuda/mailbox.h"
 #include "backend/cuda/plan.h"
+#include "backend/cuda/resident.h"
 #include "backend/cuda/resident_program.h"
 #include "compare.h"
 #include "ferry/ferry.h"
@@ -434,24 +435,61 @@ class EmulatedSession {
                               batch, seq, lengths.empty() ? nullptr : lengths.data(), out->data(), seq};
     if (program_on_ && seq == 1) {  // what the resident kernel runs: the recorded step program
       fc::stage_call(x_, call);
-      const ferry_status st =
-          fc::replay_step_program(x_, program_.data(), program_.size(), static_cast<int64_t>(batch), kEmulatedOps, &emu_);
+      const ferry_status st = interpret_program(static_cast<int64_t>(batch));
       if (st == FERRY_OK) fc::complete_call(x_, call);
       return st;
     }
     return fc::execute(x_, kEmulatedOps, &emu_, call);
   }
-  // From now on every one-step run replays the step program recorded here
-  // (resident_program.h) instead of the executor's launches.
+  // From now on every one-step run is the resident kernel's: the step
+  // program recorded here (resident_program.h), interpreted as resident.cu
+  // does with the plan of resident.h for this device.
   ferry_status use_step_program() {
+    fc::ResidentPlan plan;
+    EXPECT_EQ(fc::plan_resident(model_, config_.max_batch, caps_, fc::ResidentOptions(), &plan), FERRY_OK);
     program_.resize(fc::kMaxProgram);
     size_t n = 0;
     const ferry_status st = fc::record_step_program(x_, program_.data(), program_.size(), &n);
     program_.resize(n);
-    program_on_ = st == FERRY_OK;
+    if (st != FERRY_OK) return st;
+    if (model_->num_cells) EXPECT_TRUE(plan.fits) << plan.reason;  // else refused: no kernel to keep resident
+    resident_ = plan;
+    program_on_ = true;
     return st;
   }
   const std::vector<fc::ProgramOp>& program() const { return program_; }
+  // One step of the program: the element kinds through program_elements on
+  // one lane, a quantization and pooling through the emulated kernels, a
+  // recurrent step as the resident kernel's phases on each of its blocks
+  // (step 0 of a one-step call: the descriptor's parity and batch).
+  ferry_status interpret_program(int64_t batch) {
+    for (const fc::ProgramOp& entry : program_) {
+      const fc::ProgramOp op = fc::at_batch(entry, batch);
+      if (fc::program_elements(op, batch, 0, 1)) continue;
+      switch (op.kind) {
+        case fc::kProgQuantize: op_quantize(&emu_, op.quantize); break;
+        case fc::kProgPool: op_pool(&emu_, op.pool); break;
+        case fc::kProgRecurrent: {
+          const fc::RecurrentParams p =
+              fc::resident_cell_params(x_.cells[op.cell].step, resident_, static_cast<uint32_t>(op.cell));
+          const fc::CallView call = fc::read_call(p);
+          const PhaseKernels k = phases_for(p.w_hh.type);
+          for (uint32_t b = 0; b < resident_.blocks; ++b) k.a(p, call, 0, static_cast<int>(b));
+          if (p.w_hr.data) {
+            for (uint32_t b = 0; b < resident_.blocks; ++b) k.b(p, call, 0, static_cast<int>(b));
+          }
+          ++emu_.graph_one;
+          break;
+        }
+        default: return fail_kind(op.kind);
+      }
+    }
+    return FERRY_OK;
+  }
+  static ferry_status fail_kind(int32_t kind) {
+    ADD_FAILURE() << "program entry of kind " << fc::program_kind_name(kind) << " not interpreted";
+    return FERRY_INVALID_STATE;
+  }
   std::vector<float> state(size_t batch) {
     std::vector<float> s(batch * model_->state_floats);
     EXPECT_EQ(fc::copy_state(x_, kEmulatedOps, &emu_, batch, s.data(), true), FERRY_OK);
@@ -474,6 +512,7 @@ class EmulatedSession {
   fc::ExecState x_;
   EmulatedDevice emu_;
   std::vector<fc::ProgramOp> program_;
+  fc::ResidentPlan resident_;
   bool program_on_ = false;
 };
 
@@ -1629,7 +1668,7 @@ TEST(CudaHost, StepProgramIsWhatTheLaunchedStepDoes) {
 // The whole resident path on the host: each ferry_step stages its call,
 // rings the mailbox and waits; a fake device (a thread playing the
 // resident kernel) serves the request by replaying the step program over
-// the session's memory; the host then takes the output and flips the
+// the session's memory as the kernel does; the host then takes the output and flips the
 // parities. The same bits as the launched steps, batch changing; a batch
 // the fake refuses fails that step with the device's status.
 TEST(CudaHost, ResidentStepsThroughTheMailboxEqualTheLaunchedSteps) {
@@ -1653,7 +1692,6 @@ TEST(CudaHost, ResidentStepsThroughTheMailboxEqualTheLaunchedSteps) {
     std::memset(&box, 0, sizeof(box));
     fc::MailboxHost host;
     host.init(&box, fc::WaitPolicy());
-    const std::vector<fc::ProgramOp> program = resident.program();
     std::thread device([&] {
       uint32_t served = 0;
       for (;;) {
@@ -1670,9 +1708,8 @@ TEST(CudaHost, ResidentStepsThroughTheMailboxEqualTheLaunchedSteps) {
         int32_t status = fc::kMailUnknownCommand;
         if (q.command == fc::kMailStep) {
           status = q.batch < 1 || q.batch > B ? fc::kMailBadBatch
-                   : fc::replay_step_program(resident.exec(), program.data(), program.size(), q.batch, kEmulatedOps,
-                                             &resident.device()) == FERRY_OK ? fc::kMailOk
-                                                                             : fc::kMailDeviceFault;
+                   : resident.interpret_program(q.batch) == FERRY_OK ? fc::kMailOk
+                                                                      : fc::kMailDeviceFault;
         }
         fc::mailbox_reply(&box, q.seq, status, false);
       }

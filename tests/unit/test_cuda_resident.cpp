@@ -136,8 +136,7 @@ void check_consistent(const Chain& chain, size_t batch, const fc::DeviceCaps& ca
     // group is idle for the cell with the most panels.
     EXPECT_EQ(c.panels, fc::panels_of(l.hidden));
     EXPECT_GE(c.panels_per_block * p.panel_groups, c.panels);
-    EXPECT_EQ(c.slice_bytes, fc::align16(size_t{c.panels_per_block} * fc::panel_bytes(type, l.gates, l.h_out) +
-                                         size_t{c.proj_panels_per_block} * fc::panel_bytes(type, 1, l.hidden)));
+    EXPECT_EQ(c.slice_bytes, fc::align16(size_t{c.panels_per_block} * fc::panel_bytes(type, l.gates, l.h_out)));
     if (c.in_shared) held += c.slice_bytes;
     size_t w = fc::phase_a_bytes(type, l.gates, l.h_out, c.panels_per_block, p.batch_tile);
     if (c.proj_panels) w = std::max(w, fc::phase_b_bytes(type, l.hidden, c.proj_panels_per_block, p.batch_tile));
@@ -279,14 +278,22 @@ TEST(CudaResident, OtherLayersAddTheirPhasesAndStream) {
   EXPECT_EQ(p.phases, 8u);
   EXPECT_EQ(p.weights_streamed, fc::panels_of(128) * fc::panel_bytes(fc::kWeightI8, 3, 40) +
                                     fc::panels_of(10) * fc::panel_bytes(fc::kWeightI8, 1, 128));
-  // An LSTM with a projection holds W_hr's slices beside W_hh's.
+  // An LSTM with a projection holds W_hh's slices (here W_hh is 512 x 4 x
+  // 128); W_hr is read through L2 with W_ih.
   Chain proj;
   proj.recurrent(Op::kLstm, 16, 512, 1, DType::kF32, 128);
   const fc::ResidentPlan q = plan(proj, 1, h100());
   check_consistent(proj, 1, h100(), q, 0);
   EXPECT_EQ(q.cells[0].proj_panels, 16u);
   EXPECT_GT(q.cells[0].proj_panels_per_block, 0u);
+  EXPECT_TRUE(q.cells[0].in_shared);
+  EXPECT_EQ(q.weights_in_shared, 64u * fc::panel_bytes(fc::kWeightF32, 4, 128));
+  EXPECT_EQ(q.weights_streamed, 64u * fc::panel_bytes(fc::kWeightF32, 4, 16) + 16u * fc::panel_bytes(fc::kWeightF32, 1, 512));
   EXPECT_EQ(q.phases, 5u);  // request, x W_ih, recurrence, projection, reply
+  const fc::RecurrentParams rp = fc::resident_cell_params(fc::RecurrentParams{}, q, 0);
+  EXPECT_EQ(rp.panels_per_block, static_cast<int32_t>(q.cells[0].panels_per_block));
+  EXPECT_EQ(rp.batch_slices, static_cast<int32_t>(q.batch_slices));
+  EXPECT_EQ(rp.proj_batch_tile, static_cast<int32_t>(q.batch_tile));
 }
 
 TEST(CudaResident, RefusedWithTheReason) {

@@ -28,6 +28,15 @@
 namespace ferry {
 namespace cuda {
 
+// A load of the caller's input in the mapped staging block (zero copy): not
+// cached (ld.global.cv), so that a kernel that stays resident across calls
+// reads what the host wrote for this one, never a line cached for the last.
+#if defined(__CUDA_ARCH__)
+#define FERRY_LOAD_MAPPED(ptr) __ldcv(ptr)
+#else
+#define FERRY_LOAD_MAPPED(ptr) (*(ptr))
+#endif
+
 // -------------------------------------------------------- input/output --
 
 // How the model's input (and a sequence output) lies in the caller's
@@ -52,7 +61,7 @@ struct IngestParams {
 FERRY_HD void ingest_element(const IngestParams& p, size_t i) {
   const size_t F = static_cast<size_t>(p.features), B = static_cast<size_t>(p.batch);
   const size_t f = i % F, tb = i / F, b = tb % B, t = tb / B;
-  p.dst[i] = p.src[io_index(p.layout, t, b, f, static_cast<size_t>(p.steps), B, F)];
+  p.dst[i] = FERRY_LOAD_MAPPED(p.src + io_index(p.layout, t, b, f, static_cast<size_t>(p.steps), B, F));
 }
 
 // Time-major (src) into the model's layout (dst), zeros past each sample's
@@ -102,7 +111,7 @@ struct EmbedParams {
 FERRY_HD void embed_element(const EmbedParams& p, size_t i) {
   const size_t D = static_cast<size_t>(p.dim), B = static_cast<size_t>(p.batch), T = static_cast<size_t>(p.steps);
   const size_t d = i % D, tb = i / D, b = tb % B, t = tb / B;
-  const int32_t id = p.batch_first ? p.tokens[b * T + t] : p.tokens[t * B + b];
+  const int32_t id = FERRY_LOAD_MAPPED(p.tokens + (p.batch_first ? b * T + t : t * B + b));
   p.dst[i] = p.weight[static_cast<size_t>(id) * D + d];
 }
 

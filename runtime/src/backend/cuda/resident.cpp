@@ -31,7 +31,7 @@ void size_cell(const CellInfo& c, uint32_t groups, uint32_t tile, ResidentCell* 
   out->proj_panels = c.proj_panels;
   out->panels_per_block = ceil_div_u32(c.panels, groups);
   out->proj_panels_per_block = c.proj_panels ? ceil_div_u32(c.proj_panels, groups) : 0;
-  out->slice_bytes = align16(size_t{out->panels_per_block} * c.panel + size_t{out->proj_panels_per_block} * c.proj_panel);
+  out->slice_bytes = align16(size_t{out->panels_per_block} * c.panel);
   size_t work = phase_a_bytes(c.shape.type, c.shape.gates, c.shape.h_out, out->panels_per_block, tile);
   if (c.proj_panels) {
     const size_t b = phase_b_bytes(c.shape.type, c.shape.hidden, out->proj_panels_per_block, tile);
@@ -55,6 +55,17 @@ size_t block_bytes(const CellInfo* info, uint32_t n, const bool* in_shared, uint
 }
 
 }  // namespace
+
+RecurrentParams resident_cell_params(const RecurrentParams& step, const ResidentPlan& plan, uint32_t ci) {
+  RecurrentParams p = step;
+  const ResidentCell& c = plan.cells[ci];
+  p.panels_per_block = static_cast<int32_t>(c.panels_per_block);
+  p.proj_panels_per_block = static_cast<int32_t>(c.proj_panels_per_block);
+  p.batch_tile = static_cast<int32_t>(plan.batch_tile);
+  p.proj_batch_tile = static_cast<int32_t>(plan.batch_tile);
+  p.batch_slices = static_cast<int32_t>(plan.batch_slices);
+  return p;
+}
 
 ferry_status plan_resident(const ferry_model* m, size_t max_batch, const DeviceCaps& caps,
                            const ResidentOptions& options, ResidentPlan* out) {
@@ -180,9 +191,10 @@ ferry_status plan_resident(const ferry_model* m, size_t max_batch, const DeviceC
     out->cells[i] = sized[i];
     out->cells[i].layer = layer;
     out->cells[i].in_shared = in_shared[i];
-    const size_t full = size_t{info[i].panels} * info[i].panel + size_t{info[i].proj_panels} * info[i].proj_panel;
-    if (in_shared[i]) out->weights_in_shared += full;
-    else streamed += full;
+    const size_t w_hh = size_t{info[i].panels} * info[i].panel;
+    if (in_shared[i]) out->weights_in_shared += w_hh;
+    else streamed += w_hh;
+    streamed += size_t{info[i].proj_panels} * info[i].proj_panel;  // W_hr: through L2
   }
   out->weights_streamed = streamed;
   return FERRY_OK;

@@ -24,7 +24,8 @@
 //                 in shared memory for the session's life or are read
 //                 through L2 at each step (when all of them cannot fit at
 //                 the cap, the cells with the largest slices go to L2
-//                 first, until the rest fits).
+//                 first, until the rest fits). An LSTM projection's W_hr
+//                 is read through L2.
 //   shared memory per block: the held slices plus the largest working set
 //                 of a phase (the step's samples of the cell it serves).
 //   phases        the grid-wide syncs of a step: per recurrent layer its
@@ -60,7 +61,7 @@ struct ResidentCell {
   uint32_t panels_per_block = 0;  // of them, per block (per batch slice)
   uint32_t proj_panels = 0;       // W_hr panels: ceil(P / 8), or 0
   uint32_t proj_panels_per_block = 0;
-  size_t slice_bytes = 0;         // per block: W_hh (+ W_hr) slices, 16-byte aligned
+  size_t slice_bytes = 0;         // per block: its W_hh slice, 16-byte aligned
   size_t work_bytes = 0;          // per block: its phases' working set for the step's samples
   bool in_shared = false;         // the slices stay in shared memory; else read through L2 each step
 };
@@ -76,12 +77,16 @@ struct ResidentPlan {
   size_t weights_per_block = 0;
   size_t work_per_block = 0;
   size_t shared_limit = 0;        // min(opt-in per block, per SM - 1 KiB)
-  size_t weights_in_shared = 0;   // W_hh / W_hr bytes held on chip, all blocks of one slice
-  size_t weights_streamed = 0;    // weight bytes read through L2 at each step (W_ih, Linear, Conv1d, spilled W_hh)
+  size_t weights_in_shared = 0;   // W_hh bytes held on chip, all blocks of one slice
+  size_t weights_streamed = 0;    // weight bytes read through L2 at each step (W_ih, W_hr, Linear, Conv1d, spilled W_hh)
   uint32_t phases = 0;            // grid-wide syncs per step
   uint32_t num_cells = 0;
   ResidentCell cells[kDescCells];
 };
+
+// The resident kernel's parameters of cell `ci`: the cell's step
+// parameters (its buffers and weights) with the plan's decomposition.
+RecurrentParams resident_cell_params(const RecurrentParams& step, const ResidentPlan& plan, uint32_t ci);
 
 // FERRY_OK with out->fits saying whether the chain runs resident (and
 // out->reason why not); FERRY_INVALID_ARGUMENT for a max_batch of 0.

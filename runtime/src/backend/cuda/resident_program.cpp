@@ -190,32 +190,5 @@ ferry_status record_step_program(ExecState& x, ProgramOp* out, size_t capacity, 
   return FERRY_OK;
 }
 
-ferry_status replay_step_program(ExecState& x, const ProgramOp* program, size_t n, int64_t batch,
-                                 const DeviceOps& ops, void* ctx) {
-  ferry_status st = FERRY_OK;
-  for (size_t i = 0; i < n && st == FERRY_OK; ++i) {
-    const ProgramOp op = at_batch(program[i], batch);
-    switch (op.kind) {
-      case kProgGemm: st = ops.gemm(ctx, op.gemm); break;
-      case kProgQuantize: st = ops.quantize(ctx, op.quantize); break;
-      case kProgConv: st = ops.conv(ctx, op.conv); break;
-      case kProgConvState: st = ops.conv_state(ctx, op.conv); break;
-      case kProgRecurrent: st = ops.recurrent(ctx, x.cells[op.cell], StepLaunch::kGraphOne); break;
-      case kProgPointwise: st = ops.pointwise(ctx, op.op, op.x, static_cast<size_t>(op.per_sample * batch)); break;
-      case kProgRows: st = ops.rows(ctx, op.op, op.x, static_cast<size_t>(op.per_sample * batch)); break;
-      case kProgAdd: st = ops.add(ctx, op.x, op.y, static_cast<size_t>(op.per_sample * batch)); break;
-      case kProgLast: st = ops.last(ctx, op.last); break;
-      case kProgPool: st = ops.pool(ctx, op.pool); break;
-      case kProgEmbed: st = ops.embed(ctx, op.embed); break;
-      case kProgIngest: st = ops.ingest(ctx, op.ingest); break;
-      case kProgEmit: st = ops.emit(ctx, op.emit); break;
-      case kProgCopy: st = ops.copy(ctx, op.x, op.y, static_cast<size_t>(op.per_sample * batch)); break;
-      default:
-        st = fail(FERRY_INVALID_STATE, "cuda resident program: entry %zu has kind %d", i, static_cast<int>(op.kind));
-    }
-  }
-  return st == FERRY_OK ? ops.finish(ctx) : st;
-}
-
 }  // namespace cuda
 }  // namespace ferry

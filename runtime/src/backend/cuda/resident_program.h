@@ -18,9 +18,10 @@
 // the staging block, which the host writes before ringing (stage_call), as
 // it does for the launched kernels on the zero-copy path.
 //
-// Plain C++ with FERRY_HD parts: the host records and (in the tests, or a
-// fake device) replays the program through any DeviceOps table; the
-// resident kernel interprets the same entries on the GPU.
+// Plain C++ with FERRY_HD parts: the host records the program; the
+// resident kernel (resident.cu) interprets it with program_elements and
+// its own block-level phases, and so does the CPU emulation of the tests
+// (tests/unit/test_cuda_host.cpp) with the same functions.
 #pragma once
 
 #include <stddef.h>
@@ -101,13 +102,115 @@ FERRY_HD ProgramOp at_batch(const ProgramOp& in, int64_t batch) {
 // not a whole count per sample.
 ferry_status record_step_program(ExecState& x, ProgramOp* out, size_t capacity, size_t* count);
 
-// Runs program[0, n) for a step of `batch` samples through `ops`, each
-// recurrent entry as one step of its cell (StepLaunch::kGraphOne), and
-// then ops.finish: what the resident kernel computes, on any DeviceOps.
-// The caller stages the call first (stage_call) and completes it after
-// (complete_call).
-ferry_status replay_step_program(ExecState& x, const ProgramOp* program, size_t n, int64_t batch,
-                                 const DeviceOps& ops, void* ctx);
+// ------------------------------------------------------ interpreting --
+// How the resident kernel runs an entry (already at_batch'ed): the kinds
+// whose outputs are independent elements run here, element i of n on lane
+// i % lanes (the kernel: every thread of the grid; the emulation: one lane);
+// a quantization (a block per row), pooling (a block per sample) and a
+// recurrent step (its phases, with a grid-wide sync between them) are the
+// kernel's own, and program_elements returns false for them.
+
+// A's rows, or a Conv1d's patch rows (group g).
+struct ProgramRows {
+  const float* a;
+  int64_t lda;
+  FERRY_HD float operator()(int64_t row, int32_t k) const { return a[row * lda + k]; }
+};
+struct ProgramPatches {
+  const ConvParams* p;
+  int32_t group;
+  FERRY_HD float operator()(int64_t row, int32_t k) const { return conv_patch(*p, group, row, k); }
+};
+
+// Output (r, c) of an f32 product: the f32 GEMMs' chain (kernels.cu), one
+// fmaf over k from 0 upwards, the bias added last.
+template <class LoadA>
+FERRY_HD float gemm_f32_element(const float* w, uint32_t G, int32_t K, const float* bias, const LoadA& a, int64_t r,
+                                int32_t c) {
+  float acc = 0.0f;
+  for (int32_t k = 0; k < K; ++k) {
+    acc = fmaf(a(r, k), w[gemm_weight_index(G, static_cast<uint32_t>(K), static_cast<uint32_t>(c),
+                                            static_cast<uint32_t>(k))], acc);
+  }
+  return (bias ? bias[c] : 0.0f) + acc;
+}
+
+// Output (r, c) of a product of any weight type.
+FERRY_HD float gemm_element(const GemmParams& g, int64_t r, int32_t c) {
+  switch (g.w.type) {
+    case kWeightF16: return gemm_output<Reader<kWeightF16>>(g, r, c);
+    case kWeightI8: return gemm_output<Reader<kWeightI8>>(g, r, c);
+    case kWeightI4: return gemm_output<Reader<kWeightI4>>(g, r, c);
+    default:
+      return gemm_f32_element(static_cast<const float*>(g.w.data), static_cast<uint32_t>(g.w.gates), g.w.cols,
+                              g.bias, ProgramRows{g.a, g.lda}, r, c);
+  }
+}
+
+FERRY_HD bool program_elements(const ProgramOp& op, int64_t batch, size_t lane, size_t lanes) {
+  switch (op.kind) {
+    case kProgGemm: {
+      const GemmParams& g = op.gemm;
+      const size_t n = static_cast<size_t>(g.m) * static_cast<size_t>(g.n);
+      for (size_t i = lane; i < n; i += lanes) {
+        const int64_t r = static_cast<int64_t>(i / static_cast<size_t>(g.n));
+        const int32_t c = static_cast<int32_t>(i % static_cast<size_t>(g.n));
+        g.c[r * g.ldc + c] = gemm_element(g, r, c);
+      }
+      return true;
+    }
+    case kProgConv: {
+      const ConvParams& p = op.conv;
+      const int32_t out_g = p.out_channels / p.groups, cols = (p.channels / p.groups) * p.kernel;
+      const size_t rows = static_cast<size_t>(p.steps_out * p.batch), per_group = rows * static_cast<size_t>(out_g);
+      for (size_t i = lane; i < per_group * static_cast<size_t>(p.groups); i += lanes) {
+        const int32_t g = static_cast<int32_t>(i / per_group);
+        const size_t e = i % per_group;
+        const int64_t r = static_cast<int64_t>(e / static_cast<size_t>(out_g));
+        const int32_t c = static_cast<int32_t>(e % static_cast<size_t>(out_g));
+        const float* bias = p.bias ? p.bias + g * p.bias_group_stride : nullptr;
+        p.out[r * p.out_channels + g * out_g + c] =
+            gemm_f32_element(p.weight + g * p.group_stride, 1u, cols, bias, ProgramPatches{&p, g}, r, c);
+      }
+      return true;
+    }
+    case kProgConvState: {
+      const size_t n = static_cast<size_t>(op.conv.batch) * static_cast<size_t>(op.conv.channels);
+      for (size_t i = lane; i < n; i += lanes) {
+        conv_state_column(op.conv, static_cast<int64_t>(i / static_cast<size_t>(op.conv.channels)),
+                          static_cast<int32_t>(i % static_cast<size_t>(op.conv.channels)));
+      }
+      return true;
+    }
+    case kProgPointwise: pointwise_tile(op.op, op.x, static_cast<size_t>(op.per_sample * batch), lane, lanes); return true;
+    case kProgRows: rows_tile(op.op, op.x, static_cast<size_t>(op.per_sample * batch), lane, lanes); return true;
+    case kProgAdd: add_tile(op.x, op.y, static_cast<size_t>(op.per_sample * batch), lane, lanes); return true;
+    case kProgLast:
+      for (size_t i = lane; i < static_cast<size_t>(op.last.batch * op.last.features); i += lanes) last_element(op.last, i);
+      return true;
+    case kProgEmbed:
+      for (size_t i = lane; i < static_cast<size_t>(op.embed.steps * op.embed.batch) * static_cast<size_t>(op.embed.dim);
+           i += lanes) {
+        embed_element(op.embed, i);
+      }
+      return true;
+    case kProgIngest:
+      for (size_t i = lane; i < static_cast<size_t>(op.ingest.steps * op.ingest.batch * op.ingest.features);
+           i += lanes) {
+        ingest_element(op.ingest, i);
+      }
+      return true;
+    case kProgEmit:
+      for (size_t i = lane; i < static_cast<size_t>(op.emit.steps * op.emit.batch * op.emit.features); i += lanes) {
+        emit_element(op.emit, i);
+      }
+      return true;
+    case kProgCopy:
+      for (size_t i = lane; i < static_cast<size_t>(op.per_sample * batch) / sizeof(float); i += lanes) op.x[i] = op.y[i];
+      return true;
+    default: return false;  // quantize, pool, recurrent
+  }
+}
 
 const char* program_kind_name(int32_t kind);
 
