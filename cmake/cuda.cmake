@@ -103,13 +103,19 @@ set(_ferry_cuda_dir ${PROJECT_SOURCE_DIR}/runtime/src/backend/cuda)
 # kernels.cu: the matrix products; recurrent.cu: the recurrence, per weight
 # type; ops.cu: the chain's other ops (three files: nvcc builds them side by
 # side).
+# resident.cu: the resident streaming kernel, with global loads cached in L2
+# only (it never ends, and reads what other blocks wrote since: L1 is not
+# coherent across blocks).
 add_library(ferry_cuda_kernels OBJECT ${_ferry_cuda_dir}/kernels.cu ${_ferry_cuda_dir}/recurrent.cu
-                                      ${_ferry_cuda_dir}/ops.cu)
+                                      ${_ferry_cuda_dir}/ops.cu ${_ferry_cuda_dir}/resident.cu)
+set_source_files_properties(${_ferry_cuda_dir}/resident.cu PROPERTIES COMPILE_OPTIONS "-Xptxas=-dlcm=cg")
 set_target_properties(ferry_cuda_kernels PROPERTIES CUDA_STANDARD 17 CUDA_STANDARD_REQUIRED ON)
 if(NOT CMAKE_SYSTEM_NAME STREQUAL "Generic")
   set_target_properties(ferry_cuda_kernels PROPERTIES POSITION_INDEPENDENT_CODE ON)
 endif()
-target_include_directories(ferry_cuda_kernels PRIVATE ${PROJECT_SOURCE_DIR}/runtime/src)
+# runtime/include: resident.cu reads the executor's and the model's headers.
+target_include_directories(ferry_cuda_kernels PRIVATE ${PROJECT_SOURCE_DIR}/runtime/src
+                                                      ${PROJECT_SOURCE_DIR}/runtime/include)
 # Host side as the rest of the runtime: no exceptions, no RTTI, and no
 # thread-safe statics (CUDA's headers have function-local statics), so that
 # a C program links the static library without libstdc++.

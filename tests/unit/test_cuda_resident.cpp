@@ -296,6 +296,22 @@ TEST(CudaResident, OtherLayersAddTheirPhasesAndStream) {
   EXPECT_EQ(rp.proj_batch_tile, static_cast<int32_t>(q.batch_tile));
 }
 
+// The kernel's own shared memory comes off what the slices may use: W1
+// H1024 in int4 on an Orin holds 128 KiB of W_hh in its 163 KiB; with 32 KiB of
+// the kernel's own, W_hh goes through L2.
+TEST(CudaResident, TheKernelsOwnSharedMemoryIsReserved) {
+  fc::ResidentOptions options;
+  options.kernel_static_shared = 1072;
+  fc::ResidentPlan p;
+  ASSERT_EQ(fc::plan_resident(w1(1024, DType::kI4).model(), 1, orin(), options, &p), FERRY_OK);
+  EXPECT_EQ(p.shared_limit, 166912u - 1072u);
+  EXPECT_TRUE(p.cells[0].in_shared);
+  options.kernel_static_shared = 32 * 1024;
+  ASSERT_EQ(fc::plan_resident(w1(1024, DType::kI4).model(), 1, orin(), options, &p), FERRY_OK);
+  EXPECT_FALSE(p.cells[0].in_shared);
+  EXPECT_LE(p.shared_per_block, p.shared_limit);
+}
+
 TEST(CudaResident, RefusedWithTheReason) {
   fc::DeviceCaps no_coop = h100();
   no_coop.cooperative_launch = false;

@@ -12,6 +12,7 @@
 // multiply-adds are the explicit fmaf of the products, so a value is
 // computed with the same operations whichever kernel computes it.
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/block_ops.cuh"
 
 
 namespace ferry {
@@ -216,39 +217,9 @@ cudaError_t launch_gemm_typed(const GemmParams& p, cudaStream_t stream) {
 
 // ---------------------------------------------- activation quantization --
 
-// Row r's quantization (device_weights.h, quantize_row's bytes): one block
-// per row; the maximum over the block is exact whatever the order.
+// Row r's quantization (block_ops.cuh): one block per row.
 __global__ void __launch_bounds__(kThreads) quantize_rows(QuantizeParams p) {
-  __shared__ uint32_t warp_max[kWarps];
-  __shared__ float row_inv;
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  for (int64_t r = blockIdx.x; r < p.rows; r += gridDim.x) {
-    const float* x = p.x + r * p.ldx;
-    uint32_t m = 0;
-    for (int k = threadIdx.x; k < p.k; k += kThreads) {
-      const uint32_t b = magnitude_bits(x[k]);
-      m = b > m ? b : m;
-    }
-    for (int off = 16; off > 0; off >>= 1) {
-      const uint32_t o = __shfl_xor_sync(0xffffffffu, m, off);
-      m = o > m ? o : m;
-    }
-    if (lane == 0) warp_max[warp] = m;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      uint32_t all = 0;
-      for (int w = 0; w < kWarps; ++w) all = warp_max[w] > all ? warp_max[w] : all;
-      float scale = 0.0f, inv = 0.0f;
-      row_quantizer(all, &scale, &inv);
-      p.scales[r] = scale;
-      row_inv = inv;
-    }
-    __syncthreads();
-    const float inv = row_inv;
-    int8_t* q = p.q + r * p.ldq;
-    for (int k = threadIdx.x; k < p.kp; k += kThreads) q[k] = k < p.k ? quantize_value(x[k], inv) : 0;
-    __syncthreads();  // row_inv and warp_max are reused by the next row
-  }
+  quantize_rows_blocks(p, blockIdx.x, gridDim.x);
 }
 
 }  // namespace

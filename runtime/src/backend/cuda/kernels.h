@@ -31,6 +31,7 @@
 
 #include "backend/cuda/device_math.h"
 #include "backend/cuda/device_ops.h"
+#include "backend/cuda/resident.h"
 
 namespace ferry {
 namespace cuda {
@@ -69,6 +70,10 @@ cudaError_t launch_pool(const PoolParams& p, cudaStream_t stream);
 
 // Whether this build holds code the current device runs (cudaFuncGetAttributes
 // of a kernel: cudaErrorNoKernelImageForDevice when not).
+// The resident streaming kernel (resident.cu; its arguments: resident.h).
+cudaError_t launch_resident(const ResidentArgs& a, unsigned blocks, size_t shared, cudaStream_t stream);
+cudaError_t resident_occupancy(size_t shared, size_t device_limit, int* blocks_per_sm);
+
 cudaError_t check_kernel_image();
 
 }  // namespace cuda

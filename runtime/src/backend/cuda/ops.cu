@@ -3,6 +3,7 @@
 // device_ops.h, which says what they compute (the CPU backend's semantics,
 // in its order of operations).
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/block_ops.cuh"
 
 namespace ferry {
 namespace cuda {
@@ -59,17 +60,8 @@ __global__ void __launch_bounds__(kThreads) conv_state_f32(ConvParams p) {
   }
 }
 
-// A block per sample: every thread reads the count before thread 0 stores
-// the new one.
-__global__ void __launch_bounds__(kThreads) pool_f32(PoolParams p) {
-  for (int64_t b = blockIdx.x; b < p.batch; b += gridDim.x) {
-    const float count0 = pool_count(p, b);
-    __syncthreads();
-    for (int32_t f = threadIdx.x; f < p.features; f += kThreads) pool_feature(p, b, f, count0);
-    if (threadIdx.x == 0) pool_store_count(p, b, count0);
-    __syncthreads();
-  }
-}
+// A block per sample (block_ops.cuh).
+__global__ void __launch_bounds__(kThreads) pool_f32(PoolParams p) { pool_blocks(p, blockIdx.x, gridDim.x); }
 
 }  // namespace
 

@@ -73,6 +73,7 @@ ferry_status plan_resident(const ferry_model* m, size_t max_batch, const DeviceC
   if (max_batch == 0) return fail(FERRY_INVALID_ARGUMENT, "cuda resident plan: max_batch is 0");
   size_t limit = caps.shared_per_block_optin;
   if (caps.shared_per_sm >= 1024 && caps.shared_per_sm - 1024 < limit) limit = caps.shared_per_sm - 1024;
+  limit = limit > options.kernel_static_shared ? limit - options.kernel_static_shared : 0;
   out->shared_limit = limit;
   if (!caps.cooperative_launch || caps.sm_count == 0) {
     out->reason = "the device has no cooperative launch";

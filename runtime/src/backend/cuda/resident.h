@@ -35,6 +35,7 @@
 //                 input); one per row op (softmax, LayerNorm, ...); none
 //                 for element-wise ops, which run in the phase before.
 //                 Plus the output phase.
+// The kernel's own (static) shared memory comes off the limit first.
 // Refused (fits false, with the reason): no cooperative launch, no mapped
 // host memory (the mailbox lives there), a model that cannot stream (a
 // bidirectional layer, a Conv1d that is not causal), a chain with no
@@ -52,7 +53,8 @@ namespace ferry {
 namespace cuda {
 
 struct ResidentOptions {
-  uint32_t max_sms = 0;  // at most this many SMs (0: as many as help)
+  uint32_t max_sms = 0;           // at most this many SMs (0: as many as help)
+  size_t kernel_static_shared = 0;  // the kernel's own shared memory (cudaFuncAttributes::sharedSizeBytes)
 };
 
 struct ResidentCell {
@@ -76,12 +78,37 @@ struct ResidentPlan {
   size_t shared_per_block = 0;    // dynamic shared memory: weights_per_block + work_per_block
   size_t weights_per_block = 0;
   size_t work_per_block = 0;
-  size_t shared_limit = 0;        // min(opt-in per block, per SM - 1 KiB)
+  size_t shared_limit = 0;        // min(opt-in per block, per SM - 1 KiB) - the kernel's static shared memory
   size_t weights_in_shared = 0;   // W_hh bytes held on chip, all blocks of one slice
   size_t weights_streamed = 0;    // weight bytes read through L2 at each step (W_ih, W_hr, Linear, Conv1d, spilled W_hh)
   uint32_t phases = 0;            // grid-wide syncs per step
   uint32_t num_cells = 0;
   ResidentCell cells[kDescCells];
+};
+
+struct Mailbox;    // mailbox.h
+struct ProgramOp;  // resident_program.h
+
+// What the resident kernel (resident.cu) receives: per cell, and in all.
+struct ResidentCellArgs {
+  RecurrentParams p;       // resident_cell_params, desc pointing to ResidentArgs::desc
+  uint32_t shared_offset;  // its W_hh slice in the block's dynamic shared memory
+  int32_t in_shared;       // 0: W_hh read through L2
+};
+
+struct ResidentArgs {
+  Mailbox* box;                  // the device's view of the mapped mailbox
+  const ProgramOp* program;      // device memory
+  int32_t program_size;
+  int32_t max_batch;
+  const CallDesc* desc_mapped;   // the device's view of the staging block's descriptor
+  CallDesc* desc;                // device memory: this call's copy
+  uint32_t* request;             // device memory: seq, command, batch of the request served
+  const ResidentCellArgs* cells; // device memory, num_cells
+  int32_t num_cells;
+  size_t work_offset;            // dynamic shared memory: [W_hh slices][work]
+  uint32_t spin_polls;           // polls of the mailbox before backing off
+  uint32_t max_sleep_ns;         // the longest __nanosleep between polls after that
 };
 
 // The resident kernel's parameters of cell `ci`: the cell's step
