@@ -29,8 +29,9 @@
 #             script itself.)
 #   sanitize  compute-sanitizer memcheck and racecheck (SANITIZE_TOOLS) on
 #             SANITIZE_FILTER (default: CudaBackend.EveryOpAndDtypeOnce, every
-#             kernel of every op and weight type, and the persistent / graph /
-#             zero-copy test), each under SANITIZE_TIMEOUT seconds (300)
+#             kernel of every op and weight type, the persistent / graph /
+#             zero-copy test, and the resident streaming kernel's test),
+#             each under SANITIZE_TIMEOUT seconds (300)
 #   suites    the whole unit and e2e suites, sharded over the cores (not default)
 #   bench     ferry_bench_cuda --quick (not default)
 #
@@ -181,7 +182,7 @@ sanitize() {
     echo "-- $tool"
     timeout "${SANITIZE_TIMEOUT:-300}" compute-sanitizer --tool "$tool" --error-exitcode 99 \
       "$BUILD/tests/ferry_unit_tests" --gtest_brief=1 \
-      --gtest_filter="${SANITIZE_FILTER:-CudaBackend.EveryOpAndDtypeOnce:CudaBackend.PersistentGraphZeroCopy*}" || rc=1
+      --gtest_filter="${SANITIZE_FILTER:-CudaBackend.EveryOpAndDtypeOnce:CudaBackend.PersistentGraphZeroCopy*:CudaBackend.ResidentSteps*}" || rc=1
   done
   return $rc
 }

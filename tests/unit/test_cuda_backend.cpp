@@ -464,8 +464,99 @@ TEST(CudaBackend, EveryOpAndDtypeOnce) {
                                                       c.tokens.empty() ? nullptr : c.tokens.data()),
                             got))
           << "ferry_step vs ferry_run";
+      ScopedEnv resident_steps("FERRY_CUDA_STEP", "resident");
+      ferry::test::ArenaSession rs(model, ferry::test::session_options(FERRY_BACKEND_CUDA, c.batch, 1));
+      ASSERT_EQ(rs.status, FERRY_OK) << rs.error;
+      EXPECT_TRUE(bit_equal(ferry::test::step_through(rs.s, info, c.input.data(), c.batch, c.seq,
+                                                      c.tokens.empty() ? nullptr : c.tokens.data()),
+                            got))
+          << "ferry_step through the resident kernel vs ferry_run";
     }
     ferry_model_free(model);
+  }
+}
+
+// FERRY_CUDA_STEP=resident: ferry_step through the resident kernel gives
+// the launched steps' bits in every weight type, the batch changing from
+// step to step; a ferry_run in between stops it and the next step starts
+// it again; the state copies run beside it; two sessions hold a kernel
+// each at once; a step of a batch past max_batch is refused by the C API
+// before it reaches the kernel.
+TEST(CudaBackend, ResidentStepsEqualLaunchedSteps) {
+  REQUIRE_CUDA();
+  using ferry::conv::LayerOp;
+  for (const ferry::conv::DType dtype : {ferry::conv::DType::F32, ferry::conv::DType::F16, ferry::conv::DType::I8,
+                                         ferry::conv::DType::I4}) {
+    ModelSpec spec = lstm_spec(24, 256, 2, false, 61, 0);
+    ModelSpec gru;
+    gru.input_size = 12;
+    gru.layers = {{LayerOp::GRU, 96}, {LayerOp::LSTM, 40, 1, false, 16}, {LayerOp::Linear, 6}, {LayerOp::Softmax}};
+    gru.seed = 62;
+    for (const ModelSpec& base : {spec, gru}) {
+      SCOPED_TRACE(std::string(ferry::conv::dtype_name(dtype)) + " seed " + std::to_string(base.seed));
+      ferry::conv::ModelPlan plan = ferry::test::make_plan(base);
+      if (dtype != ferry::conv::DType::F32) {
+        std::vector<ferry::conv::LayerPrecision> all;
+        for (size_t i = 0; i < plan.layers.size(); ++i) {
+          if (!plan.layers[i].cells.empty() || plan.layers[i].weight >= 0) all.push_back({static_cast<int>(i), dtype, ""});
+        }
+        ferry::conv::apply_precisions(plan, all);
+      }
+      const std::vector<uint8_t> b = ferry::conv::build_model(plan).to_vector();
+      AlignedBytes bytes(b.data(), b.size());
+      ferry_model* model = nullptr;
+      ASSERT_EQ(ferry_model_load(bytes.data(), bytes.size(), nullptr, &model), FERRY_OK) << ferry_last_error();
+      ferry_model_info info{};
+      info.struct_size = sizeof info;
+      ferry_model_get_info(model, &info);
+      const size_t B = 3, T = 8, I = base.input_size, F = info.output_size;
+      ferry::test::ArenaSession launched(model, ferry::test::session_options(FERRY_BACKEND_CUDA, B, T));
+      ASSERT_EQ(launched.status, FERRY_OK) << launched.error;
+      ScopedEnv env("FERRY_CUDA_STEP", "resident");
+      ferry::test::ArenaSession resident(model, ferry::test::session_options(FERRY_BACKEND_CUDA, B, T));
+      ferry::test::ArenaSession other(model, ferry::test::session_options(FERRY_BACKEND_CUDA, B, T));
+      ASSERT_EQ(resident.status, FERRY_OK) << resident.error;
+      ASSERT_EQ(other.status, FERRY_OK) << other.error;
+      const auto step = [&](ferry_session* s, const std::vector<float>& x, size_t batch) {
+        std::vector<float> y(batch * F, -7.0f);
+        EXPECT_EQ(ferry_step(s, x.data(), batch, y.data(), y.size()), FERRY_OK) << ferry_last_error();
+        return y;
+      };
+      for (int round = 0; round < 2; ++round) {
+        for (size_t t = 0; t < T; ++t) {
+          const size_t batch = t % 3 == 1 ? 1 : t % 3 == 2 ? 2 : B;
+          const std::vector<float> x = inputs(batch * I, 100 * round + t);
+          const std::vector<float> want = step(launched.s, x, batch);
+          EXPECT_TRUE(bit_equal(step(resident.s, x, batch), want)) << "round " << round << " step " << t;
+          EXPECT_TRUE(bit_equal(step(other.s, x, batch), want)) << "the second resident session";
+        }
+        // A whole sequence in between: the kernel stops, then starts again.
+        const std::vector<float> seq = inputs(T * B * I, 77 + round);
+        size_t n = 0;
+        ferry_output_floats(model, B, T, &n);
+        std::vector<float> a(n), r(n);
+        ASSERT_EQ(ferry_run(launched.s, seq.data(), B, T, nullptr, a.data(), n), FERRY_OK) << ferry_last_error();
+        ASSERT_EQ(ferry_run(resident.s, seq.data(), B, T, nullptr, r.data(), n), FERRY_OK) << ferry_last_error();
+        EXPECT_TRUE(bit_equal(a, r)) << "ferry_run after resident steps";
+      }
+      // The state: read, written back changed, reset.
+      std::vector<float> sa(B * info.state_floats), sr(sa.size());
+      ASSERT_EQ(ferry_state_get(launched.s, B, sa.data(), sa.size()), FERRY_OK);
+      ASSERT_EQ(ferry_state_get(resident.s, B, sr.data(), sr.size()), FERRY_OK);
+      EXPECT_TRUE(bit_equal(sa, sr));
+      for (float& v : sa) v *= 0.5f;
+      ASSERT_EQ(ferry_state_set(launched.s, B, sa.data(), sa.size()), FERRY_OK);
+      ASSERT_EQ(ferry_state_set(resident.s, B, sa.data(), sa.size()), FERRY_OK);
+      const std::vector<float> x = inputs(B * I, 999);
+      EXPECT_TRUE(bit_equal(step(resident.s, x, B), step(launched.s, x, B))) << "after ferry_state_set";
+      ASSERT_EQ(ferry_state_reset(launched.s), FERRY_OK);
+      ASSERT_EQ(ferry_state_reset(resident.s), FERRY_OK);
+      EXPECT_TRUE(bit_equal(step(resident.s, x, B), step(launched.s, x, B))) << "after ferry_state_reset";
+      std::vector<float> y((B + 1) * F);
+      EXPECT_EQ(ferry_step(resident.s, inputs((B + 1) * I, 5).data(), B + 1, y.data(), y.size()), FERRY_INVALID_ARGUMENT);
+      EXPECT_TRUE(bit_equal(step(resident.s, x, B), step(launched.s, x, B))) << "after a refused step";
+      ferry_model_free(model);
+    }
   }
 }
 

@@ -1039,6 +1039,28 @@ TEST(CudaHost, IoPathRule) {
   EXPECT_FALSE(zc);
 }
 
+// FERRY_CUDA_STEP: launched steps unless it says resident, which takes the
+// zero-copy path; refused where host memory cannot be mapped or the options
+// ask for copies.
+TEST(CudaHost, StepModeRule) {
+  bool resident = true, zc = false;
+  EXPECT_EQ(fc::choose_step(h100(), FERRY_DEVICE_IO_AUTO, nullptr, &resident, &zc), FERRY_OK);
+  EXPECT_FALSE(resident);
+  EXPECT_FALSE(zc);
+  EXPECT_EQ(fc::choose_step(h100(), FERRY_DEVICE_IO_AUTO, "launch", &resident, &zc), FERRY_OK);
+  EXPECT_FALSE(resident);
+  EXPECT_EQ(fc::choose_step(h100(), FERRY_DEVICE_IO_AUTO, "resident", &resident, &zc), FERRY_OK);
+  EXPECT_TRUE(resident);
+  EXPECT_TRUE(zc);
+  EXPECT_EQ(fc::choose_step(h100(), FERRY_DEVICE_IO_COPY, "resident", &resident, &zc), FERRY_UNSUPPORTED);
+  EXPECT_NE(std::string(ferry_last_error()).find("asks for copies"), std::string::npos);
+  fc::DeviceCaps no_map = orin();
+  no_map.can_map_host_memory = false;
+  EXPECT_EQ(fc::choose_step(no_map, FERRY_DEVICE_IO_AUTO, "resident", &resident, &zc), FERRY_UNSUPPORTED);
+  EXPECT_EQ(fc::choose_step(h100(), FERRY_DEVICE_IO_AUTO, "persistent", &resident, &zc), FERRY_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(ferry_last_error()).find("expected launch or resident"), std::string::npos);
+}
+
 // The new option fields: older struct sizes still read (their fields take
 // the defaults), bad values refused; ferry_session_memory reports the arena
 // and no device bytes for a CPU backend; ferry_session_release is harmless
@@ -1644,6 +1666,7 @@ TEST(CudaHost, StepProgramIsWhatTheLaunchedStepDoes) {
         continue;
       }
       ASSERT_EQ(st, FERRY_OK) << ferry_last_error();
+      EXPECT_LE(program.program().size(), fc::program_capacity(m));
       int quantizes = 0;
       for (const fc::ProgramOp& op : program.program()) quantizes += op.kind == fc::kProgQuantize;
       if (dtype == Dt::I8 || dtype == Dt::I4) EXPECT_GT(quantizes, 0);

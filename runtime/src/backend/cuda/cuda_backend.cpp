@@ -10,7 +10,20 @@
 // cudaGetErrorString's text and the error's name.
 //
 // Control block (in the arena after the ferry_session header): CudaSession,
-// then the cells' CellRuntime, then the staging block (plan.h).
+// then the cells' CellRuntime, then the staging block (plan.h); with
+// FERRY_CUDA_STEP=resident also the resident kernel's host regions (its
+// mailbox's page, the step program and the cells' arguments as recorded),
+// and a device region after the session's (ResidentRegions).
+//
+// The resident streaming kernel (FERRY_CUDA_STEP=resident, off by
+// default): at the first ferry_step it is launched on a stream of its own
+// and stays; each ferry_step stages the call, rings the mailbox and waits
+// for the reply (mailbox.h), with no launch, copy or other driver call. A
+// ferry_run stops it first (the sequence's persistent kernels need the
+// SMs), and the next ferry_step starts it again. State copies run beside
+// it on the session's stream while it waits between steps. Where the plan
+// (resident.h) or the step program (resident_program.h) does not fit, or
+// the occupancy API disagrees, the session keeps launched steps.
 #include <cuda_runtime_api.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,7 +35,10 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/executor.h"
 #include "backend/cuda/kernels.h"
+#include "backend/cuda/mailbox.h"
 #include "backend/cuda/plan.h"
+#include "backend/cuda/resident.h"
+#include "backend/cuda/resident_program.h"
 #include "common/status.h"
 
 #ifndef FERRY_CUDA_ARCHITECTURES
@@ -46,6 +62,28 @@ struct CudaSession {
   ferry_status broken = FERRY_OK;  // the first failed CUDA call of a run or state copy
   char broken_message[256] = {};
   ferry_status state_status = FERRY_OK;
+  // The resident streaming kernel.
+  bool resident = false;           // FERRY_CUDA_STEP=resident, and it fits
+  bool resident_running = false;
+  bool resident_stuck = false;     // a stop that was not confirmed: nothing it may write is given back
+  char resident_note[160] = {};    // why a session that asked for it steps with launches
+  cudaStream_t resident_stream = nullptr;
+  void* mailbox_registered = nullptr;
+  Mailbox* mailbox = nullptr;      // host view, in the arena
+  MailboxHost mail;
+  ResidentArgs args{};
+  uint32_t resident_blocks = 0;
+  size_t resident_shared = 0;
+};
+
+// Where the resident kernel's regions lie (plan_regions): host offsets in
+// the arena, a device offset in the session's allocation.
+struct ResidentRegions {
+  size_t mailbox_region = 0;  // two pages: a page-aligned one inside is registered
+  size_t program = 0, program_capacity = 0;  // ProgramOp[program_capacity]
+  size_t cells = 0;                          // ResidentCellArgs[num_cells]
+  size_t device = 0;  // [program][cells][CallDesc][request: 4 uint32], each 256-aligned
+  size_t device_cells = 0, device_desc = 0, device_request = 0;
 };
 
 CudaSession* cuda_of(const ferry_session* s) { return static_cast<CudaSession*>(s->impl); }
@@ -118,7 +156,8 @@ ferry_status query_caps(int device, DeviceCaps* caps, char* name, size_t name_si
 }
 
 // Everything probe checks, and the capabilities and I/O path it found.
-ferry_status examine(const ferry_model* m, const SessionConfig& config, DeviceCaps* caps, bool* zero_copy) {
+ferry_status examine(const ferry_model* m, const SessionConfig& config, DeviceCaps* caps, bool* zero_copy,
+                     bool* resident) {
   char name[256] = {};
   ferry_status st = query_caps(config.device, caps, name, sizeof(name));
   if (st != FERRY_OK) return st;
@@ -133,15 +172,31 @@ ferry_status examine(const ferry_model* m, const SessionConfig& config, DeviceCa
                 cudaGetErrorName(e));
   }
   if ((st = check_model(m, config, *caps)) != FERRY_OK) return st;
-  return choose_io(*caps, config.device_io, getenv("FERRY_CUDA_IO"), zero_copy);
+  if ((st = choose_io(*caps, config.device_io, getenv("FERRY_CUDA_IO"), zero_copy)) != FERRY_OK) return st;
+  return choose_step(*caps, config.device_io, getenv("FERRY_CUDA_STEP"), resident, zero_copy);
 }
 
-ferry_status plan_regions(const ferry_model* m, const SessionConfig& config, const DeviceCaps& caps, ArenaPlan* arena,
-                          DeviceLayout* dev, HostLayout* host) {
+size_t align_device(size_t n) { return (n + kDeviceAlign - 1) / kDeviceAlign * kDeviceAlign; }
+
+ferry_status plan_regions(const ferry_model* m, const SessionConfig& config, const DeviceCaps& caps, bool resident,
+                          ArenaPlan* arena, DeviceLayout* dev, HostLayout* host, ResidentRegions* rr) {
   ferry_status st = plan_device(m, config.max_batch, config.max_seq, dev, nullptr);
   if (st != FERRY_OK) return st;
-  return plan_host(m, config.max_batch, config.max_seq, *dev, caps.host_page_size, sizeof(CudaSession),
-                   sizeof(CellRuntime), arena, host);
+  if ((st = plan_host(m, config.max_batch, config.max_seq, *dev, caps.host_page_size, sizeof(CudaSession),
+                      sizeof(CellRuntime), arena, host)) != FERRY_OK) {
+    return st;
+  }
+  if (!resident) return FERRY_OK;
+  rr->program_capacity = program_capacity(m);
+  rr->mailbox_region = arena->reserve(2 * caps.host_page_size);
+  rr->program = arena->reserve(rr->program_capacity * sizeof(ProgramOp));
+  rr->cells = arena->reserve(size_t{m->num_cells} * sizeof(ResidentCellArgs));
+  rr->device = align_device(dev->total);
+  rr->device_cells = align_device(rr->device + rr->program_capacity * sizeof(ProgramOp));
+  rr->device_desc = align_device(rr->device_cells + size_t{m->num_cells} * sizeof(ResidentCellArgs));
+  rr->device_request = align_device(rr->device_desc + sizeof(CallDesc));
+  dev->total = align_device(rr->device_request + 4 * sizeof(uint32_t));
+  return arena->overflowed() ? fail(FERRY_INVALID_ARGUMENT, "cuda: the session's arena size overflows") : FERRY_OK;
 }
 
 // ------------------------------------------------------- device ops --
@@ -265,8 +320,26 @@ const DeviceOps kCudaOps = {op_to_device, op_to_host,  op_copy,      op_zero,  o
 
 // Gives back everything init acquired, in reverse order; never sets an
 // error message (it also runs after a failure whose message must stay).
+void stop_resident(CudaSession* cs);
+
 void release_resources(CudaSession* cs) {
   DeviceScope scope(cs->device);
+  stop_resident(cs);
+  if (cs->resident_stuck) {
+    // The kernel did not confirm its stop: it may still write the device
+    // memory and the mapped pages, so they are not given back (a leak,
+    // not a use after free); the rest goes, and so does its entry in the
+    // table stopped at exit (the arena holding it is the caller's again).
+    cs->mail.abandon();
+    resident_unregister(&cs->mail);
+    cudaGetLastError();
+    cs->released = true;
+    return;
+  }
+  if (cs->resident_stream) cudaStreamDestroy(cs->resident_stream);
+  cs->resident_stream = nullptr;
+  if (cs->mailbox_registered) cudaHostUnregister(cs->mailbox_registered);
+  cs->mailbox_registered = nullptr;
   if (cs->stream) cudaStreamSynchronize(cs->stream);
   for (uint32_t c = 0; cs->x.cells && c < cs->x.model->num_cells; ++c) {
     CellRuntime& cell = cs->x.cells[c];
@@ -288,6 +361,149 @@ void release_resources(CudaSession* cs) {
   cs->device_memory = nullptr;
   cudaGetLastError();  // leave no error of ours behind for the caller's next CUDA call
   cs->released = true;
+}
+
+// ---------------------------------------------------- resident kernel --
+
+// The mailbox's probe: whether the resident kernel still runs (its stream
+// is busy while it does).
+ferry_status resident_alive(void* ctx) {
+  CudaSession* cs = static_cast<CudaSession*>(ctx);
+  const cudaError_t e = cudaStreamQuery(cs->resident_stream);
+  if (e == cudaErrorNotReady) return FERRY_OK;
+  if (e == cudaSuccess) return fail(FERRY_INVALID_STATE, "the kernel has ended without replying");
+  return cuda_fail(FERRY_INVALID_STATE, "the kernel failed", e);
+}
+
+void stop_all_at_exit() { resident_stop_all(1000000); }
+
+// Stops the kernel and waits for it; a stop that is not confirmed within
+// the bound leaves the session stuck (release keeps its memory).
+void stop_resident(CudaSession* cs) {
+  if (!cs->resident_running) return;
+  if (cs->mail.stop(1000000) != FERRY_OK) {
+    cs->resident_stuck = true;
+    return;
+  }
+  resident_unregister(&cs->mail);
+  cudaStreamSynchronize(cs->resident_stream);  // it returns after its reply
+  cs->resident_running = false;
+}
+
+ferry_status start_resident(CudaSession* cs) {
+  if (cs->resident_running) return FERRY_OK;
+  memset(cs->mailbox, 0, sizeof(Mailbox));  // no kernel reads it now
+  WaitPolicy policy;  // spin 50 us, then yield and nap; a 2 s bound
+  MailboxProbe probe;
+  probe.check = resident_alive;
+  probe.ctx = cs;
+  cs->mail.init(cs->mailbox, policy, probe);
+  if (!resident_register(&cs->mail)) {
+    return fail(FERRY_INVALID_STATE, "cuda: more than %d sessions run the resident kernel at once",
+                kMaxResidentSessions);
+  }
+  static int at_exit_registered = 0;
+  if (__atomic_exchange_n(&at_exit_registered, 1, __ATOMIC_ACQ_REL) == 0) atexit(stop_all_at_exit);
+  const cudaError_t e = launch_resident(cs->args, cs->resident_blocks, cs->resident_shared, cs->resident_stream);
+  if (e != cudaSuccess) {
+    // Typically the SMs are taken (by other sessions' resident kernels):
+    // the step is refused and the session stays as it was.
+    resident_unregister(&cs->mail);
+    cudaGetLastError();
+    char what[128];
+    snprintf(what, sizeof(what), "cuda: the resident kernel's cooperative launch of %u blocks (one per SM)",
+             cs->resident_blocks);
+    return cuda_fail(FERRY_UNSUPPORTED, what, e);
+  }
+  cs->resident_running = true;
+  return FERRY_OK;
+}
+
+// At init, after build_exec_state: the plan, the step program, the cells'
+// arguments and the mailbox; the kernel starts at the first step. Where it
+// does not fit, the session keeps launched steps and resident_note says
+// why.
+ferry_status setup_resident(CudaSession* cs, const SessionConfig& config, uint8_t* base, const ResidentRegions& rr) {
+  const ferry_model* m = cs->x.model;
+  size_t static_shared = 0;
+  cudaError_t e = resident_static_shared(&static_shared);
+  if (e != cudaSuccess) return cuda_fail(FERRY_UNSUPPORTED, "cuda: attributes of the resident kernel", e);
+  ResidentOptions options;
+  options.kernel_static_shared = static_shared;
+  ResidentPlan plan;
+  ferry_status st = plan_resident(m, config.max_batch, cs->caps, options, &plan);
+  if (st != FERRY_OK) return st;
+  if (!plan.fits) {
+    snprintf(cs->resident_note, sizeof(cs->resident_note), "%s", plan.reason);
+    return FERRY_OK;
+  }
+  ProgramOp* program = reinterpret_cast<ProgramOp*>(base + rr.program);
+  size_t n = 0;
+  if (record_step_program(cs->x, program, rr.program_capacity, &n) != FERRY_OK) {
+    snprintf(cs->resident_note, sizeof(cs->resident_note), "%s", ferry_last_error());
+    clear_error();
+    return FERRY_OK;
+  }
+  int per_sm = 0;
+  if ((e = resident_occupancy(plan.shared_per_block, cs->caps.shared_per_block_optin, &per_sm)) != cudaSuccess) {
+    return cuda_fail(FERRY_UNSUPPORTED, "cuda: occupancy of the resident kernel", e);
+  }
+  if (per_sm < 1 || static_cast<uint64_t>(per_sm) * cs->caps.sm_count < plan.blocks) {
+    snprintf(cs->resident_note, sizeof(cs->resident_note),
+             "the occupancy API holds fewer blocks than the resident kernel's %u", plan.blocks);
+    return FERRY_OK;
+  }
+  uint8_t* device = static_cast<uint8_t*>(cs->device_memory);
+  CallDesc* desc = reinterpret_cast<CallDesc*>(device + rr.device_desc);
+  ResidentCellArgs* cells = reinterpret_cast<ResidentCellArgs*>(base + rr.cells);
+  uint32_t offset = 0;
+  for (uint32_t c = 0; c < m->num_cells; ++c) {
+    cells[c].p = resident_cell_params(cs->x.cells[c].step, plan, c);
+    cells[c].p.desc = desc;
+    cells[c].in_shared = plan.cells[c].in_shared ? 1 : 0;
+    cells[c].shared_offset = offset;
+    if (plan.cells[c].in_shared) offset += static_cast<uint32_t>(plan.cells[c].slice_bytes);
+  }
+  if ((e = cudaMemcpyAsync(device + rr.device, program, n * sizeof(ProgramOp), cudaMemcpyHostToDevice,
+                           cs->stream)) != cudaSuccess ||
+      (e = cudaMemcpyAsync(device + rr.device_cells, cells, m->num_cells * sizeof(ResidentCellArgs),
+                           cudaMemcpyHostToDevice, cs->stream)) != cudaSuccess ||
+      (e = cudaStreamSynchronize(cs->stream)) != cudaSuccess) {
+    return cuda_fail(FERRY_UNSUPPORTED, "cuda: uploading the resident kernel's program", e);
+  }
+  // The mailbox: one page of the arena, registered and mapped.
+  const size_t page = cs->caps.host_page_size;
+  uint8_t* mailbox_page = staging_in_region(base + rr.mailbox_region, page);
+  if ((e = cudaHostRegister(mailbox_page, page, cudaHostRegisterMapped)) != cudaSuccess) {
+    return cuda_fail(FERRY_UNSUPPORTED, "cuda: cudaHostRegister of the resident kernel's mailbox", e);
+  }
+  cs->mailbox_registered = mailbox_page;
+  void* box_device = nullptr;
+  if ((e = cudaHostGetDevicePointer(&box_device, mailbox_page, 0)) != cudaSuccess) {
+    return cuda_fail(FERRY_UNSUPPORTED, "cuda: cudaHostGetDevicePointer of the mailbox", e);
+  }
+  if ((e = cudaStreamCreateWithFlags(&cs->resident_stream, cudaStreamNonBlocking)) != cudaSuccess) {
+    cs->resident_stream = nullptr;
+    return cuda_fail(FERRY_UNSUPPORTED, "cuda: the resident kernel's stream", e);
+  }
+  cs->mailbox = reinterpret_cast<Mailbox*>(mailbox_page);
+  ResidentArgs& a = cs->args;
+  a.box = static_cast<Mailbox*>(box_device);
+  a.program = reinterpret_cast<const ProgramOp*>(device + rr.device);
+  a.program_size = static_cast<int32_t>(n);
+  a.max_batch = static_cast<int32_t>(config.max_batch);
+  a.desc_mapped = cs->x.desc_for_kernels();
+  a.desc = desc;
+  a.request = reinterpret_cast<uint32_t*>(device + rr.device_request);
+  a.cells = reinterpret_cast<const ResidentCellArgs*>(device + rr.device_cells);
+  a.num_cells = static_cast<int32_t>(m->num_cells);
+  a.work_offset = plan.weights_per_block;
+  a.spin_polls = 4096;
+  a.max_sleep_ns = 2000;
+  cs->resident_blocks = plan.blocks;
+  cs->resident_shared = plan.shared_per_block;
+  cs->resident = true;
+  return FERRY_OK;
 }
 
 // A graph of `steps` steps of `cell`, captured from the session's stream.
@@ -315,8 +531,9 @@ ferry_status capture_steps(CudaSession* cs, const CellRuntime& cell, int steps, 
 
 // Everything of init that acquires CUDA resources; the caller releases them
 // when this fails.
-ferry_status acquire(ferry_session* s, CudaSession* cs, const SessionConfig& config, bool zero_copy, uint8_t* staging,
-                     CellRuntime* cells, const DeviceLayout& dev, const HostLayout& host) {
+ferry_status acquire(ferry_session* s, CudaSession* cs, const SessionConfig& config, bool zero_copy, bool resident,
+                     uint8_t* base, uint8_t* staging, CellRuntime* cells, const DeviceLayout& dev,
+                     const HostLayout& host, const ResidentRegions& rr) {
   const ferry_model* m = s->model;
   cudaError_t e = cudaSuccess;
   // The one device allocation.
@@ -399,7 +616,7 @@ ferry_status acquire(ferry_session* s, CudaSession* cs, const SessionConfig& con
     if (!cell.use_persistent && (st = capture_steps(cs, cell, kGraphSteps, &cell.graph_many)) != FERRY_OK) return st;
   }
   if ((e = cudaStreamSynchronize(cs->stream)) != cudaSuccess) return cuda_fail(FERRY_UNSUPPORTED, "cuda: session init", e);
-  return FERRY_OK;
+  return resident ? setup_resident(cs, config, base, rr) : FERRY_OK;
 }
 
 // Whether the session may run; the message says why not.
@@ -424,18 +641,19 @@ ferry_status mark(CudaSession* cs, ferry_status st) {
 
 ferry_status probe(const ferry_model* m, const SessionConfig& config) {
   DeviceCaps caps;
-  bool zero_copy = false;
-  return examine(m, config, &caps, &zero_copy);
+  bool zero_copy = false, resident = false;
+  return examine(m, config, &caps, &zero_copy, &resident);
 }
 
 ferry_status plan(const ferry_model* m, const SessionConfig& config, ArenaPlan* arena, size_t* device_bytes) {
   DeviceCaps caps;
-  bool zero_copy = false;
-  ferry_status st = examine(m, config, &caps, &zero_copy);
+  bool zero_copy = false, resident = false;
+  ferry_status st = examine(m, config, &caps, &zero_copy, &resident);
   if (st != FERRY_OK) return st;
   DeviceLayout dev;
   HostLayout host;
-  if ((st = plan_regions(m, config, caps, arena, &dev, &host)) != FERRY_OK) return st;
+  ResidentRegions rr;
+  if ((st = plan_regions(m, config, caps, resident, arena, &dev, &host, &rr)) != FERRY_OK) return st;
   *device_bytes = dev.total;
   return FERRY_OK;
 }
@@ -443,14 +661,15 @@ ferry_status plan(const ferry_model* m, const SessionConfig& config, ArenaPlan* 
 ferry_status init(ferry_session* s, const SessionConfig& config, uint8_t* base) {
   const ferry_model* m = s->model;
   DeviceCaps caps;
-  bool zero_copy = false;
-  ferry_status st = examine(m, config, &caps, &zero_copy);
+  bool zero_copy = false, resident = false;
+  ferry_status st = examine(m, config, &caps, &zero_copy, &resident);
   if (st != FERRY_OK) return st;
   ArenaPlan arena;
   arena.reserve(sizeof(ferry_session));
   DeviceLayout dev;
   HostLayout host;
-  if ((st = plan_regions(m, config, caps, &arena, &dev, &host)) != FERRY_OK) return st;
+  ResidentRegions rr;
+  if ((st = plan_regions(m, config, caps, resident, &arena, &dev, &host, &rr)) != FERRY_OK) return st;
   CudaSession* cs = new (base + host.control) CudaSession();
   s->impl = cs;
   cs->caps = caps;
@@ -463,7 +682,7 @@ ferry_status init(ferry_session* s, const SessionConfig& config, uint8_t* base) 
   uint8_t* staging = staging_in_region(base + host.staging_region, caps.host_page_size);
   DeviceScope scope(config.device);
   if (scope.status() != cudaSuccess) return cuda_fail(FERRY_UNSUPPORTED, "cuda: cudaSetDevice", scope.status());
-  if ((st = acquire(s, cs, config, zero_copy, staging, cells, dev, host)) != FERRY_OK) {
+  if ((st = acquire(s, cs, config, zero_copy, resident, base, staging, cells, dev, host, rr)) != FERRY_OK) {
     release_resources(cs);
     return st;
   }
@@ -476,7 +695,30 @@ ferry_status run(ferry_session* s, const RunCall& call) {
   if (st != FERRY_OK) return st;
   DeviceScope scope(cs->device);
   if (scope.status() != cudaSuccess) return cuda_fail(FERRY_INVALID_STATE, "cuda: cudaSetDevice", scope.status());
+  if (cs->resident_running) {  // a sequence's kernels need the SMs the resident kernel holds
+    stop_resident(cs);
+    if (cs->resident_stuck) {
+      return mark(cs, fail(FERRY_INVALID_STATE, "cuda: the resident kernel did not stop for ferry_run"));
+    }
+  }
   return mark(cs, execute(cs->x, kCudaOps, cs, call));
+}
+
+// ferry_step: through the resident kernel when the session has one.
+ferry_status step(ferry_session* s, const RunCall& call) {
+  CudaSession* cs = cuda_of(s);
+  if (!cs->resident) return run(s, call);
+  ferry_status st = usable(cs);
+  if (st != FERRY_OK) return st;
+  if (!cs->resident_running) {
+    DeviceScope scope(cs->device);
+    if (scope.status() != cudaSuccess) return cuda_fail(FERRY_INVALID_STATE, "cuda: cudaSetDevice", scope.status());
+    if ((st = start_resident(cs)) != FERRY_OK) return st;  // nothing has changed: the session stays usable
+  }
+  stage_call(cs->x, call);
+  if ((st = cs->mail.call(kMailStep, static_cast<uint32_t>(call.batch))) != FERRY_OK) return mark(cs, st);
+  complete_call(cs->x, call);
+  return FERRY_OK;
 }
 
 void state_get(const ferry_session* s, size_t batch, float* state) {
@@ -509,7 +751,7 @@ void release(ferry_session* s) {
 
 }  // namespace
 
-const Backend kCudaBackend = {"cuda",    probe,     plan,        init,    run, run, state_get,
+const Backend kCudaBackend = {"cuda",    probe,     plan,        init,    run, step, state_get,
                               state_set, state_reset, release, state_status};
 
 }  // namespace cuda

@@ -73,6 +73,7 @@ cudaError_t launch_pool(const PoolParams& p, cudaStream_t stream);
 // The resident streaming kernel (resident.cu; its arguments: resident.h).
 cudaError_t launch_resident(const ResidentArgs& a, unsigned blocks, size_t shared, cudaStream_t stream);
 cudaError_t resident_occupancy(size_t shared, size_t device_limit, int* blocks_per_sm);
+cudaError_t resident_static_shared(size_t* bytes);  // the kernel's own shared memory
 
 cudaError_t check_kernel_image();
 

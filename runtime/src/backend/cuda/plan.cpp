@@ -362,6 +362,27 @@ ferry_status choose_io(const DeviceCaps& caps, ferry_device_io requested, const 
   return FERRY_OK;
 }
 
+ferry_status choose_step(const DeviceCaps& caps, ferry_device_io requested, const char* env, bool* resident,
+                         bool* zero_copy) {
+  *resident = false;
+  if (!env || !*env || strcmp(env, "launch") == 0) return FERRY_OK;
+  if (strcmp(env, "resident") != 0) {
+    return fail(FERRY_INVALID_ARGUMENT, "cuda: FERRY_CUDA_STEP='%s': expected launch or resident", env);
+  }
+  if (!caps.can_map_host_memory || !caps.host_register_supported) {
+    return fail(FERRY_UNSUPPORTED, "cuda: FERRY_CUDA_STEP=resident needs host memory the device can map "
+                "(canMapHostMemory %d, hostRegisterSupported %d)", caps.can_map_host_memory ? 1 : 0,
+                caps.host_register_supported ? 1 : 0);
+  }
+  if (requested == FERRY_DEVICE_IO_COPY) {
+    return fail(FERRY_UNSUPPORTED, "cuda: FERRY_CUDA_STEP=resident reads and writes mapped host memory, but "
+                "options->device_io asks for copies");
+  }
+  *resident = true;
+  *zero_copy = true;
+  return FERRY_OK;
+}
+
 ferry_status check_file(const ferry_model* m) {
   if (m->num_cells > static_cast<uint32_t>(kDescCells)) {
     return fail(FERRY_UNSUPPORTED, "backend cuda: %u recurrent cells, at most %d", m->num_cells, kDescCells);

@@ -189,6 +189,17 @@ CellShape cell_shape(const Layer& layer);
 // device cannot do it; FERRY_INVALID_ARGUMENT for an unknown env value.
 ferry_status choose_io(const DeviceCaps& caps, ferry_device_io requested, const char* env, bool* zero_copy);
 
+// How ferry_step runs: launched kernels and graph replays (the default), or
+// the resident streaming kernel (resident.h, mailbox.h), from the
+// FERRY_CUDA_STEP environment variable: "launch" or "resident" (null or
+// empty: launch). The resident kernel needs the zero-copy path (its mailbox,
+// input and output are in mapped host memory): *zero_copy is set when it
+// is chosen; FERRY_UNSUPPORTED when the device cannot map host memory or
+// the options ask for the copy path; FERRY_INVALID_ARGUMENT for an unknown
+// value.
+ferry_status choose_step(const DeviceCaps& caps, ferry_device_io requested, const char* env, bool* resident,
+                         bool* zero_copy);
+
 // Everything about a model file the CUDA backend refuses, whatever the
 // device and the session's sizes, with the reason: weights in RowMajor (a
 // format 1.0 file: "convert it again"), more cells than the call

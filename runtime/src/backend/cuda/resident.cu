@@ -171,5 +171,12 @@ cudaError_t resident_occupancy(size_t shared, size_t device_limit, int* blocks_p
   return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks_per_sm, kernel, kThreads, shared);
 }
 
+cudaError_t resident_static_shared(size_t* bytes) {
+  cudaFuncAttributes attributes;
+  const cudaError_t e = cudaFuncGetAttributes(&attributes, reinterpret_cast<const void*>(resident_kernel));
+  *bytes = e == cudaSuccess ? attributes.sharedSizeBytes : 0;
+  return e;
+}
+
 }  // namespace cuda
 }  // namespace ferry

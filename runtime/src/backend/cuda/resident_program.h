@@ -75,6 +75,19 @@ struct ProgramOp {
   };
 };
 
+// The most entries the step program of `m` can have (record_step_program's
+// capacity): per recurrent cell a quantization, a product and a step; per
+// Linear a quantization and a product; per Conv1d its products and its
+// history; one per other layer; the ingest and the emit.
+inline size_t program_capacity(const ferry_model* m) {
+  size_t n = 2;
+  for (uint32_t li = 0; li < m->num_layers; ++li) {
+    const Layer& l = m->layers[li];
+    n += op_is_recurrent(l.op) ? 3u * l.num_layers * l.dirs : l.op == Op::kLinear || l.op == Op::kConv1d ? 2u : 1u;
+  }
+  return n;
+}
+
 // The entry for a step of `batch` samples. The sizes a one-step call
 // scales with the batch: rows of a product or a quantization, rows of an
 // element-wise or row op (per_sample each), elements of an add and bytes of
