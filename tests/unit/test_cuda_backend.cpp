@@ -464,7 +464,7 @@ TEST(CudaBackend, EveryOpAndDtypeOnce) {
                                                       c.tokens.empty() ? nullptr : c.tokens.data()),
                             got))
           << "ferry_step vs ferry_run";
-      ScopedEnv resident_steps("FERRY_CUDA_STEP", "resident");
+      ScopedEnv resident_steps("FERRY_CUDA_STEP", "resident_only");  // refused rather than launched steps
       ferry::test::ArenaSession rs(model, ferry::test::session_options(FERRY_BACKEND_CUDA, c.batch, 1));
       ASSERT_EQ(rs.status, FERRY_OK) << rs.error;
       EXPECT_TRUE(bit_equal(ferry::test::step_through(rs.s, info, c.input.data(), c.batch, c.seq,
@@ -512,7 +512,7 @@ TEST(CudaBackend, ResidentStepsEqualLaunchedSteps) {
       const size_t B = 3, T = 8, I = base.input_size, F = info.output_size;
       ferry::test::ArenaSession launched(model, ferry::test::session_options(FERRY_BACKEND_CUDA, B, T));
       ASSERT_EQ(launched.status, FERRY_OK) << launched.error;
-      ScopedEnv env("FERRY_CUDA_STEP", "resident");
+      ScopedEnv env("FERRY_CUDA_STEP", "resident_only");  // refused rather than launched steps
       ferry::test::ArenaSession resident(model, ferry::test::session_options(FERRY_BACKEND_CUDA, B, T));
       ferry::test::ArenaSession other(model, ferry::test::session_options(FERRY_BACKEND_CUDA, B, T));
       ASSERT_EQ(resident.status, FERRY_OK) << resident.error;

@@ -452,7 +452,7 @@ class EmulatedSession {
     const ferry_status st = fc::record_step_program(x_, program_.data(), program_.size(), &n);
     program_.resize(n);
     if (st != FERRY_OK) return st;
-    if (model_->num_cells) EXPECT_TRUE(plan.fits) << plan.reason;  // else refused: no kernel to keep resident
+    EXPECT_TRUE(plan.fits) << plan.reason;
     resident_ = plan;
     program_on_ = true;
     return st;
@@ -1039,26 +1039,32 @@ TEST(CudaHost, IoPathRule) {
   EXPECT_FALSE(zc);
 }
 
-// FERRY_CUDA_STEP: launched steps unless it says resident, which takes the
+// FERRY_CUDA_STEP: launched steps unless it says resident (or resident_only,
+// which refuses a session the kernel does not fit), which takes the
 // zero-copy path; refused where host memory cannot be mapped or the options
 // ask for copies.
 TEST(CudaHost, StepModeRule) {
-  bool resident = true, zc = false;
-  EXPECT_EQ(fc::choose_step(h100(), FERRY_DEVICE_IO_AUTO, nullptr, &resident, &zc), FERRY_OK);
-  EXPECT_FALSE(resident);
+  fc::StepMode mode = fc::StepMode::kResident;
+  bool zc = false;
+  EXPECT_EQ(fc::choose_step(h100(), FERRY_DEVICE_IO_AUTO, nullptr, &mode, &zc), FERRY_OK);
+  EXPECT_EQ(mode, fc::StepMode::kLaunch);
   EXPECT_FALSE(zc);
-  EXPECT_EQ(fc::choose_step(h100(), FERRY_DEVICE_IO_AUTO, "launch", &resident, &zc), FERRY_OK);
-  EXPECT_FALSE(resident);
-  EXPECT_EQ(fc::choose_step(h100(), FERRY_DEVICE_IO_AUTO, "resident", &resident, &zc), FERRY_OK);
-  EXPECT_TRUE(resident);
+  EXPECT_EQ(fc::choose_step(h100(), FERRY_DEVICE_IO_AUTO, "launch", &mode, &zc), FERRY_OK);
+  EXPECT_EQ(mode, fc::StepMode::kLaunch);
+  EXPECT_EQ(fc::choose_step(h100(), FERRY_DEVICE_IO_AUTO, "resident", &mode, &zc), FERRY_OK);
+  EXPECT_EQ(mode, fc::StepMode::kResident);
   EXPECT_TRUE(zc);
-  EXPECT_EQ(fc::choose_step(h100(), FERRY_DEVICE_IO_COPY, "resident", &resident, &zc), FERRY_UNSUPPORTED);
+  zc = false;
+  EXPECT_EQ(fc::choose_step(orin(), FERRY_DEVICE_IO_ZERO_COPY, "resident_only", &mode, &zc), FERRY_OK);
+  EXPECT_EQ(mode, fc::StepMode::kResidentOnly);
+  EXPECT_TRUE(zc);
+  EXPECT_EQ(fc::choose_step(h100(), FERRY_DEVICE_IO_COPY, "resident", &mode, &zc), FERRY_UNSUPPORTED);
   EXPECT_NE(std::string(ferry_last_error()).find("asks for copies"), std::string::npos);
   fc::DeviceCaps no_map = orin();
   no_map.can_map_host_memory = false;
-  EXPECT_EQ(fc::choose_step(no_map, FERRY_DEVICE_IO_AUTO, "resident", &resident, &zc), FERRY_UNSUPPORTED);
-  EXPECT_EQ(fc::choose_step(h100(), FERRY_DEVICE_IO_AUTO, "persistent", &resident, &zc), FERRY_INVALID_ARGUMENT);
-  EXPECT_NE(std::string(ferry_last_error()).find("expected launch or resident"), std::string::npos);
+  EXPECT_EQ(fc::choose_step(no_map, FERRY_DEVICE_IO_AUTO, "resident", &mode, &zc), FERRY_UNSUPPORTED);
+  EXPECT_EQ(fc::choose_step(h100(), FERRY_DEVICE_IO_AUTO, "persistent", &mode, &zc), FERRY_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(ferry_last_error()).find("expected launch, resident or resident_only"), std::string::npos);
 }
 
 // The new option fields: older struct sizes still read (their fields take

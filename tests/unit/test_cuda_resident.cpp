@@ -323,9 +323,13 @@ TEST(CudaResident, RefusedWithTheReason) {
   Chain bi = w1(64);
   bi.not_streamable();
   EXPECT_NE(std::string(plan(bi, 1, h100()).reason).find("cannot stream"), std::string::npos);
-  Chain dense;
+  Chain dense;  // no recurrent layer: one SM
   dense.linear(8, 4, DType::kF32);
-  EXPECT_NE(std::string(plan(dense, 1, h100()).reason).find("no recurrent layer"), std::string::npos);
+  const fc::ResidentPlan d = plan(dense, 4, h100());
+  EXPECT_TRUE(d.fits) << d.reason;
+  EXPECT_EQ(d.blocks, 1u);
+  EXPECT_EQ(d.shared_per_block, 0u);
+  EXPECT_EQ(d.phases, 3u);  // request, Linear, reply
   fc::ResidentPlan p;
   EXPECT_EQ(fc::plan_resident(w1(64).model(), 0, h100(), fc::ResidentOptions(), &p), FERRY_INVALID_ARGUMENT);
 }

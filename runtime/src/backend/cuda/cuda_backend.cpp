@@ -157,7 +157,7 @@ ferry_status query_caps(int device, DeviceCaps* caps, char* name, size_t name_si
 
 // Everything probe checks, and the capabilities and I/O path it found.
 ferry_status examine(const ferry_model* m, const SessionConfig& config, DeviceCaps* caps, bool* zero_copy,
-                     bool* resident) {
+                     StepMode* mode) {
   char name[256] = {};
   ferry_status st = query_caps(config.device, caps, name, sizeof(name));
   if (st != FERRY_OK) return st;
@@ -173,7 +173,7 @@ ferry_status examine(const ferry_model* m, const SessionConfig& config, DeviceCa
   }
   if ((st = check_model(m, config, *caps)) != FERRY_OK) return st;
   if ((st = choose_io(*caps, config.device_io, getenv("FERRY_CUDA_IO"), zero_copy)) != FERRY_OK) return st;
-  return choose_step(*caps, config.device_io, getenv("FERRY_CUDA_STEP"), resident, zero_copy);
+  return choose_step(*caps, config.device_io, getenv("FERRY_CUDA_STEP"), mode, zero_copy);
 }
 
 size_t align_device(size_t n) { return (n + kDeviceAlign - 1) / kDeviceAlign * kDeviceAlign; }
@@ -531,7 +531,7 @@ ferry_status capture_steps(CudaSession* cs, const CellRuntime& cell, int steps, 
 
 // Everything of init that acquires CUDA resources; the caller releases them
 // when this fails.
-ferry_status acquire(ferry_session* s, CudaSession* cs, const SessionConfig& config, bool zero_copy, bool resident,
+ferry_status acquire(ferry_session* s, CudaSession* cs, const SessionConfig& config, bool zero_copy, StepMode mode,
                      uint8_t* base, uint8_t* staging, CellRuntime* cells, const DeviceLayout& dev,
                      const HostLayout& host, const ResidentRegions& rr) {
   const ferry_model* m = s->model;
@@ -616,7 +616,13 @@ ferry_status acquire(ferry_session* s, CudaSession* cs, const SessionConfig& con
     if (!cell.use_persistent && (st = capture_steps(cs, cell, kGraphSteps, &cell.graph_many)) != FERRY_OK) return st;
   }
   if ((e = cudaStreamSynchronize(cs->stream)) != cudaSuccess) return cuda_fail(FERRY_UNSUPPORTED, "cuda: session init", e);
-  return resident ? setup_resident(cs, config, base, rr) : FERRY_OK;
+  if (mode == StepMode::kLaunch) return FERRY_OK;
+  if ((st = setup_resident(cs, config, base, rr)) != FERRY_OK) return st;
+  if (!cs->resident && mode == StepMode::kResidentOnly) {
+    return fail(FERRY_UNSUPPORTED, "cuda: FERRY_CUDA_STEP=resident_only: the resident kernel does not fit: %s",
+                cs->resident_note);
+  }
+  return FERRY_OK;
 }
 
 // Whether the session may run; the message says why not.
@@ -641,14 +647,17 @@ ferry_status mark(CudaSession* cs, ferry_status st) {
 
 ferry_status probe(const ferry_model* m, const SessionConfig& config) {
   DeviceCaps caps;
-  bool zero_copy = false, resident = false;
-  return examine(m, config, &caps, &zero_copy, &resident);
+  bool zero_copy = false;
+  StepMode mode = StepMode::kLaunch;
+  return examine(m, config, &caps, &zero_copy, &mode);
 }
 
 ferry_status plan(const ferry_model* m, const SessionConfig& config, ArenaPlan* arena, size_t* device_bytes) {
   DeviceCaps caps;
-  bool zero_copy = false, resident = false;
-  ferry_status st = examine(m, config, &caps, &zero_copy, &resident);
+  bool zero_copy = false;
+  StepMode mode = StepMode::kLaunch;
+  ferry_status st = examine(m, config, &caps, &zero_copy, &mode);
+  const bool resident = mode != StepMode::kLaunch;
   if (st != FERRY_OK) return st;
   DeviceLayout dev;
   HostLayout host;
@@ -661,8 +670,10 @@ ferry_status plan(const ferry_model* m, const SessionConfig& config, ArenaPlan* 
 ferry_status init(ferry_session* s, const SessionConfig& config, uint8_t* base) {
   const ferry_model* m = s->model;
   DeviceCaps caps;
-  bool zero_copy = false, resident = false;
-  ferry_status st = examine(m, config, &caps, &zero_copy, &resident);
+  bool zero_copy = false;
+  StepMode mode = StepMode::kLaunch;
+  ferry_status st = examine(m, config, &caps, &zero_copy, &mode);
+  const bool resident = mode != StepMode::kLaunch;
   if (st != FERRY_OK) return st;
   ArenaPlan arena;
   arena.reserve(sizeof(ferry_session));
@@ -682,7 +693,7 @@ ferry_status init(ferry_session* s, const SessionConfig& config, uint8_t* base) 
   uint8_t* staging = staging_in_region(base + host.staging_region, caps.host_page_size);
   DeviceScope scope(config.device);
   if (scope.status() != cudaSuccess) return cuda_fail(FERRY_UNSUPPORTED, "cuda: cudaSetDevice", scope.status());
-  if ((st = acquire(s, cs, config, zero_copy, resident, base, staging, cells, dev, host, rr)) != FERRY_OK) {
+  if ((st = acquire(s, cs, config, zero_copy, mode, base, staging, cells, dev, host, rr)) != FERRY_OK) {
     release_resources(cs);
     return st;
   }

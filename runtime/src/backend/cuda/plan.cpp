@@ -362,23 +362,25 @@ ferry_status choose_io(const DeviceCaps& caps, ferry_device_io requested, const 
   return FERRY_OK;
 }
 
-ferry_status choose_step(const DeviceCaps& caps, ferry_device_io requested, const char* env, bool* resident,
+ferry_status choose_step(const DeviceCaps& caps, ferry_device_io requested, const char* env, StepMode* mode,
                          bool* zero_copy) {
-  *resident = false;
+  *mode = StepMode::kLaunch;
   if (!env || !*env || strcmp(env, "launch") == 0) return FERRY_OK;
-  if (strcmp(env, "resident") != 0) {
-    return fail(FERRY_INVALID_ARGUMENT, "cuda: FERRY_CUDA_STEP='%s': expected launch or resident", env);
+  const bool only = strcmp(env, "resident_only") == 0;
+  if (!only && strcmp(env, "resident") != 0) {
+    return fail(FERRY_INVALID_ARGUMENT, "cuda: FERRY_CUDA_STEP='%s': expected launch, resident or resident_only",
+                env);
   }
   if (!caps.can_map_host_memory || !caps.host_register_supported) {
-    return fail(FERRY_UNSUPPORTED, "cuda: FERRY_CUDA_STEP=resident needs host memory the device can map "
-                "(canMapHostMemory %d, hostRegisterSupported %d)", caps.can_map_host_memory ? 1 : 0,
+    return fail(FERRY_UNSUPPORTED, "cuda: FERRY_CUDA_STEP=%s needs host memory the device can map "
+                "(canMapHostMemory %d, hostRegisterSupported %d)", env, caps.can_map_host_memory ? 1 : 0,
                 caps.host_register_supported ? 1 : 0);
   }
   if (requested == FERRY_DEVICE_IO_COPY) {
-    return fail(FERRY_UNSUPPORTED, "cuda: FERRY_CUDA_STEP=resident reads and writes mapped host memory, but "
-                "options->device_io asks for copies");
+    return fail(FERRY_UNSUPPORTED, "cuda: FERRY_CUDA_STEP=%s reads and writes mapped host memory, but "
+                "options->device_io asks for copies", env);
   }
-  *resident = true;
+  *mode = only ? StepMode::kResidentOnly : StepMode::kResident;
   *zero_copy = true;
   return FERRY_OK;
 }

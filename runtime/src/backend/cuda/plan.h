@@ -191,13 +191,15 @@ ferry_status choose_io(const DeviceCaps& caps, ferry_device_io requested, const 
 
 // How ferry_step runs: launched kernels and graph replays (the default), or
 // the resident streaming kernel (resident.h, mailbox.h), from the
-// FERRY_CUDA_STEP environment variable: "launch" or "resident" (null or
-// empty: launch). The resident kernel needs the zero-copy path (its mailbox,
-// input and output are in mapped host memory): *zero_copy is set when it
-// is chosen; FERRY_UNSUPPORTED when the device cannot map host memory or
-// the options ask for the copy path; FERRY_INVALID_ARGUMENT for an unknown
-// value.
-ferry_status choose_step(const DeviceCaps& caps, ferry_device_io requested, const char* env, bool* resident,
+// FERRY_CUDA_STEP environment variable: "launch"; "resident" (launched
+// steps where the resident kernel does not fit); "resident_only" (a session
+// it does not fit is refused, with the reason); null or empty: launch. The
+// resident kernel needs the zero-copy path (its mailbox, input and output
+// are in mapped host memory): *zero_copy is set when it is chosen;
+// FERRY_UNSUPPORTED when the device cannot map host memory or the options
+// ask for the copy path; FERRY_INVALID_ARGUMENT for an unknown value.
+enum class StepMode { kLaunch, kResident, kResidentOnly };
+ferry_status choose_step(const DeviceCaps& caps, ferry_device_io requested, const char* env, StepMode* mode,
                          bool* zero_copy);
 
 // Everything about a model file the CUDA backend refuses, whatever the

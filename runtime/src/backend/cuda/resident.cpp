@@ -87,10 +87,6 @@ ferry_status plan_resident(const ferry_model* m, size_t max_batch, const DeviceC
     out->reason = "the model cannot stream (a bidirectional layer or a Conv1d that is not causal)";
     return FERRY_OK;
   }
-  if (m->num_cells == 0) {
-    out->reason = "the chain has no recurrent layer: its step is a few short kernels, which the graph path runs";
-    return FERRY_OK;
-  }
   if (m->num_cells > static_cast<uint32_t>(kDescCells)) {
     out->reason = "more recurrent cells than the kernel's descriptor holds";
     return FERRY_OK;

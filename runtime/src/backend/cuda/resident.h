@@ -38,9 +38,9 @@
 // The kernel's own (static) shared memory comes off the limit first.
 // Refused (fits false, with the reason): no cooperative launch, no mapped
 // host memory (the mailbox lives there), a model that cannot stream (a
-// bidirectional layer, a Conv1d that is not causal), a chain with no
-// recurrent cell (a step of it is one short kernel chain, which the graph
-// path runs as well), or a step whose working set does not fit a block.
+// bidirectional layer, a Conv1d that is not causal), or a step whose
+// working set does not fit a block. A chain without a recurrent layer holds
+// one SM.
 #pragma once
 
 #include <stddef.h>
