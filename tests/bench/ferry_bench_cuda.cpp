@@ -27,6 +27,14 @@
 // (biases folded). Each side's output on the same input is compared: the
 // table's last column is the largest absolute difference from ferry.
 //
+// PyTorch is timed twice too: eager, and cuDNN's LSTM captured with its
+// copies in one CUDA Graph over pinned host buffers (the strongest PyTorch
+// on a GPU; "best x" is that time over ferry's better one: above 1, ferry
+// is faster).
+// ferry's streaming rows are timed twice: launched steps (graph replays)
+// and the resident streaming kernel (FERRY_CUDA_STEP=resident_only), whose
+// output must equal the launched steps' bit for bit (max_abs_diff_resident).
+//
 // Prints a table and one JSON object (also written to --json FILE).
 #include <stdio.h>
 #include <stdlib.h>
@@ -195,8 +203,15 @@ int calls(const Workload& w, const Config& c) { return w.streaming ? (c.quick ? 
 
 // ------------------------------------------------------------------ ferry --
 
-Timing run_ferry(const Workload& w, const std::vector<float>& x, const Config& cfg, size_t* device_bytes) {
+// `resident`: ferry_step through the resident streaming kernel
+// (FERRY_CUDA_STEP=resident_only: a session it does not fit is reported,
+// never timed with launched steps).
+Timing run_ferry(const Workload& w, const std::vector<float>& x, const Config& cfg, size_t* device_bytes,
+                 bool resident = false) {
   Timing t;
+  const char* old_step = getenv("FERRY_CUDA_STEP");
+  const std::string saved = old_step ? old_step : "";
+  setenv("FERRY_CUDA_STEP", resident ? "resident_only" : "launch", 1);
   const std::vector<uint8_t> bytes = ferry_model_bytes(w, make_weights(w));
   void* model_mem = aligned_alloc(FERRY_ALIGNMENT, (bytes.size() + 63) / 64 * 64);
   std::memcpy(model_mem, bytes.data(), bytes.size());
@@ -205,6 +220,8 @@ Timing run_ferry(const Workload& w, const std::vector<float>& x, const Config& c
   ferry_session* s = nullptr;
   const auto done = [&](const std::string& why) {
     t.note = why;
+    if (old_step) setenv("FERRY_CUDA_STEP", saved.c_str(), 1);
+    else unsetenv("FERRY_CUDA_STEP");
     ferry_session_release(s);
     free(arena);
     ferry_model_free(m);
@@ -313,11 +330,12 @@ Timing run_libtorch(const Workload& w, const std::vector<float>& x, const Config
 
 // Runs bench_torch_cuda.py on the workload: PyTorch's cuDNN LSTM and
 // onnxruntime's CUDA provider. Fills what it could measure.
-void run_python(const Workload& w, const std::vector<float>& x, const Config& cfg, Timing* torch_t, Timing* ort_t) {
+void run_python(const Workload& w, const std::vector<float>& x, const Config& cfg, Timing* torch_t, Timing* ort_t,
+                Timing* graph_t) {
   char dir_template[] = "/tmp/ferry_bench_cuda.XXXXXX";
   const char* dir = mkdtemp(dir_template);
   if (!dir) {
-    torch_t->note = ort_t->note = "cannot make a temporary folder";
+    torch_t->note = ort_t->note = graph_t->note = "cannot make a temporary folder";
     return;
   }
   const std::string d = dir;
@@ -349,10 +367,10 @@ void run_python(const Workload& w, const std::vector<float>& x, const Config& cf
       e << err.rdbuf();
       std::string text = e.str();
       if (text.size() > 300) text = text.substr(text.size() - 300);
-      torch_t->note = ort_t->note = cfg.python + " " + FERRY_BENCH_SCRIPT + " failed: " + text;
+      torch_t->note = ort_t->note = graph_t->note = cfg.python + " " + FERRY_BENCH_SCRIPT + " failed: " + text;
     }
   } else {
-    torch_t->note = ort_t->note = "cannot run " + cfg.python;
+    torch_t->note = ort_t->note = graph_t->note = "cannot run " + cfg.python;
   }
   const size_t brace = out.rfind("\n{") == std::string::npos ? out.find('{') : out.rfind("\n{") + 1;
   if (brace != std::string::npos) {
@@ -365,9 +383,10 @@ void run_python(const Workload& w, const std::vector<float>& x, const Config& cf
         if (access((d + "/" + npy).c_str(), R_OK) == 0) t->output = ferry::conv::read_npy(d + "/" + npy).data;
       };
       take("torch", torch_t, "y_torch.npy");
+      take("torch_graph", graph_t, "y_torch_graph.npy");
       take("ort", ort_t, "y_ort.npy");
     } catch (const std::exception& e) {
-      torch_t->note = ort_t->note = std::string("unreadable output of the script: ") + e.what();
+      torch_t->note = ort_t->note = graph_t->note = std::string("unreadable output of the script: ") + e.what();
     }
   }
   const std::string cleanup = "rm -rf '" + d + "'";
@@ -423,39 +442,47 @@ int main(int argc, char** argv) {
   report["torch_path"] = "python";
 #endif
   json rows = json::array();
-  printf("%-10s %12s %14s %14s %12s %12s  %s\n", "workload", "ferry us", "torch/cuDNN us", "onnxrt us",
-         "|ferry-torch|", "|ferry-ort|", "notes");
+  printf("%-10s %10s %11s %11s %9s %10s %10s %11s %11s  %s\n", "workload", "ferry us", "resident us", "cuDNN graph",
+         "best x", "eager us", "onnxrt us", "|f-graph|", "|f-resid|", "notes");
   for (const Workload& w : workloads()) {
     if (!cfg.only.empty() && cfg.only != w.group) continue;
     const std::vector<float> x = seeded(1000 + w.hidden, w.seq * w.batch * w.input, 1.0f);
     size_t device_bytes = 0;
     const Timing f = run_ferry(w, x, cfg, &device_bytes);
-    Timing t, o;
-    t.note = cfg.torch ? "" : "--no-torch";
+    Timing r;  // the resident streaming kernel, for the streaming workloads
+    size_t resident_bytes = 0;
+    if (w.streaming) r = run_ferry(w, x, cfg, &resident_bytes, true);
+    Timing t, o, g;
+    t.note = g.note = cfg.torch ? "" : "--no-torch";
     o.note = cfg.ort ? "" : "--no-ort";
 #if defined(FERRY_BENCH_WITH_LIBTORCH)
     if (cfg.torch) t = run_libtorch(w, x, cfg);
     if (cfg.torch && std::isnan(t.us)) {
       const std::string why = t.note;
-      run_python(w, x, cfg, &t, &o);
+      run_python(w, x, cfg, &t, &o, &g);
       if (std::isnan(t.us)) t.note = why + "; " + t.note;
-    } else if (cfg.ort) {
-      Config only_ort = cfg;
-      only_ort.torch = false;
+    } else if (cfg.torch || cfg.ort) {  // the CUDA Graph side (and onnxruntime) from the script
       Timing dummy;
-      run_python(w, x, only_ort, &dummy, &o);
+      run_python(w, x, cfg, &dummy, &o, &g);
     }
 #else
-    if (cfg.torch || cfg.ort) run_python(w, x, cfg, &t, &o);
+    if (cfg.torch || cfg.ort) run_python(w, x, cfg, &t, &o, &g);
 #endif
     const double dt = max_abs_diff(f.output, t.output), dor = max_abs_diff(f.output, o.output);
     std::string notes;
-    for (const auto& [who, note] : {std::pair<const char*, std::string>{"ferry", f.note}, {"torch", t.note},
-                                    {"ort", o.note}}) {
+    const double dr = w.streaming ? max_abs_diff(f.output, r.output) : NAN, dg = max_abs_diff(f.output, g.output);
+    // ferry's best (launched or resident) against cuDNN in a CUDA Graph: > 1 is ferry faster.
+    const double best = std::isnan(r.us) ? f.us : std::isnan(f.us) ? r.us : std::min(f.us, r.us);
+    const double ratio = g.us / best;
+    for (const auto& [who, note] : {std::pair<const char*, std::string>{"ferry", f.note}, {"resident", r.note},
+                                    {"graph", g.note}, {"torch", t.note}, {"ort", o.note}}) {
       if (!note.empty()) notes += std::string(notes.empty() ? "" : "; ") + who + ": " + note;
     }
-    printf("%-10s %12s %14s %14s %12.2e %12.2e  %s\n", w.name.c_str(), fmt(f.us).c_str(), fmt(t.us).c_str(),
-           fmt(o.us).c_str(), dt, dor, notes.c_str());
+    char times_text[16] = "n/a";
+    if (!std::isnan(ratio)) snprintf(times_text, sizeof(times_text), "%.2fx", ratio);
+    printf("%-10s %10s %11s %11s %9s %10s %10s %11.2e %11.2e  %s\n", w.name.c_str(), fmt(f.us).c_str(),
+           fmt(r.us).c_str(), fmt(g.us).c_str(), times_text, fmt(t.us).c_str(), fmt(o.us).c_str(), dg, dr,
+           notes.c_str());
     fflush(stdout);
     rows.push_back({{"workload", w.name},
                     {"input", w.input},
@@ -467,6 +494,14 @@ int main(int argc, char** argv) {
                     {"unit", w.streaming ? "us per step" : "us per sequence"},
                     {"ferry_us", number_or_null(f.us)},
                     {"ferry_device_bytes", device_bytes},
+                    {"ferry_resident_us", number_or_null(r.us)},
+                    {"ferry_resident_device_bytes", resident_bytes},
+                    {"max_abs_diff_resident", number_or_null(dr)},
+                    {"resident_note", r.note},
+                    {"torch_graph_us", number_or_null(g.us)},
+                    {"graph_over_ferry_best", number_or_null(ratio)},
+                    {"max_abs_diff_torch_graph", number_or_null(dg)},
+                    {"torch_graph_note", g.note},
                     {"torch_us", number_or_null(t.us)},
                     {"ort_us", number_or_null(o.us)},
                     {"max_abs_diff_torch", number_or_null(dt)},
