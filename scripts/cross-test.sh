@@ -100,14 +100,17 @@ grep -E '^-- (Found|ferry)|Warning|ferry:' "$build/configure.log" || true
 say "ferry: building"
 cmake --build "$build/ferry" -j"$jobs"
 # Left out under qemu (they run natively in scripts/test.sh and under the
-# sanitizers): converter-side GPTQ calibration on the trained fixtures, the
-# CPU emulation of the CUDA kernels over the quantized op fixtures, and the
-# byte sweeps (every byte of three model files corrupted in turn: the
-# verifier's checks, integer code that is the same on every target, and the
-# sweep's thousands of model runs). None exercises code the target runs
+# sanitizers): converter-side GPTQ calibration on the trained fixtures and
+# the CLI's quantization runs (CliQuantize), the CPU emulation of the CUDA
+# kernels over the quantized op fixtures, the byte sweeps (every byte of
+# three model files corrupted in turn: the verifier's checks, integer code
+# that is the same on every target, and the sweep's thousands of model
+# runs), and the bad catalogue's checkpoints and sources (the converter's
+# refusals, each a CLI process under qemu; its model files, which the
+# runtime refuses on the target, stay). None exercises code the target runs
 # differently, and qemu-user's soft-float makes them 100-200x slower than
 # native. FERRY_QEMU_SKIP='' runs them too.
-qemu_skip=${FERRY_QEMU_SKIP-'^(QuantizedTrained\.(GptqIsDeterministic|Int4GptqHalves|Int8GptqWithin).*|CudaHost\.QuantizedOpFixturesMatchTheReferenceBackend|Fixtures/ByteSweep\..*)$'}
+qemu_skip=${FERRY_QEMU_SKIP-'^(QuantizedTrained\.(GptqIsDeterministic|Int4GptqHalves|Int8GptqWithin).*|CliQuantize\..*|CudaHost\.QuantizedOpFixturesMatchTheReferenceBackend|Fixtures/ByteSweep\..*|Files/BadCatalogue\.IsHandled/(checkpoints|sources)_.*)$'}
 say "ferry: running the test suite under $qemu${qemu_skip:+ (not: $qemu_skip)}"
 # shellcheck disable=SC2086
 ctest --test-dir "$build/ferry" --output-on-failure -j"$jobs" ${qemu_skip:+-E "$qemu_skip"} ${FERRY_CTEST_ARGS:-}
