@@ -48,14 +48,14 @@ def load(args):
     return params, x
 
 
-def bench_torch(args, params, x):
+def cuda_lstm(args, params):
+    """(torch, device, nn.LSTM on it with the weights) or (None, the reason, None)."""
     try:
         import torch
     except ImportError as e:
-        return {"us": None, "note": "torch not installed (%s)" % e}
+        return None, "torch not installed (%s)" % e, None
     if not torch.cuda.is_available():
-        return {"us": None, "note": "torch %s without CUDA or no GPU" % torch.__version__}
-    import numpy as np
+        return None, "torch %s without CUDA or no GPU" % torch.__version__, None
     dev = torch.device("cuda", args.device)
     # cuDNN's RNNs use TF32 tensor cores unless told not to (allow_tf32 is
     # True by default for cuDNN): 10-bit mantissas, about 1e-4 off. ferry
@@ -67,7 +67,14 @@ def bench_torch(args, params, x):
     with torch.no_grad():
         for name, p in lstm.named_parameters():
             p.copy_(torch.from_numpy(params[name]))
-    lstm = lstm.to(dev).eval()
+    return torch, dev, lstm.to(dev).eval()
+
+
+def bench_torch(args, params, x):
+    torch, dev, lstm = cuda_lstm(args, params)
+    if torch is None:
+        return {"us": None, "note": dev}
+    import numpy as np
     xs = torch.from_numpy(x)
     T, B = x.shape[0], x.shape[1]
 
@@ -113,21 +120,10 @@ def bench_torch_graph(args, params, x):
     the call, the state update and the output copy captured in one CUDA
     Graph over pinned host buffers; each call writes the input into the
     pinned buffer, replays the graph and synchronises."""
-    try:
-        import torch
-    except ImportError as e:
-        return {"us": None, "note": "torch not installed (%s)" % e}
-    if not torch.cuda.is_available():
-        return {"us": None, "note": "torch %s without CUDA or no GPU" % torch.__version__}
+    torch, dev, lstm = cuda_lstm(args, params)
+    if torch is None:
+        return {"us": None, "note": dev}
     import numpy as np
-    dev = torch.device("cuda", args.device)
-    torch.backends.cudnn.allow_tf32 = args.tf32
-    torch.backends.cuda.matmul.allow_tf32 = args.tf32
-    lstm = torch.nn.LSTM(args.input, args.hidden, num_layers=args.layers)
-    with torch.no_grad():
-        for name, p in lstm.named_parameters():
-            p.copy_(torch.from_numpy(params[name]))
-    lstm = lstm.to(dev).eval()
     T, B = x.shape[0], x.shape[1]
     steps = 1 if args.streaming else T
     x_host = torch.zeros((steps, B, args.input), dtype=torch.float32).pin_memory()

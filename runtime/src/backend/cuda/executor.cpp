@@ -226,17 +226,8 @@ ferry_status build_exec_state(const ferry_model* m, const SessionConfig& config,
         p.y = act(*x, start ^ (k & 1) ^ 1);
         p.counter = reinterpret_cast<int32_t*>(device + cd.counter);
         p.desc = desc;
-        const auto with = [&p](const Decomposition& dec) {
-          RecurrentParams q = p;
-          q.panels_per_block = static_cast<int32_t>(dec.panels_per_block);
-          q.batch_tile = static_cast<int32_t>(dec.batch_tile);
-          q.proj_panels_per_block = static_cast<int32_t>(dec.proj_panels_per_block);
-          q.proj_batch_tile = static_cast<int32_t>(dec.proj_batch_tile);
-          q.batch_slices = static_cast<int32_t>(dec.batch_slices);
-          return q;
-        };
-        r.step = with(r.recurrence.step);
-        r.resident = with(r.recurrence.resident);
+        r.step = with_decomposition(p, r.recurrence.step);
+        r.resident = with_decomposition(p, r.recurrence.resident);
         r.use_persistent = r.recurrence.persistent;
         r.parity = 0;
         r.layer = li;

@@ -245,6 +245,16 @@ CellShape cell_shape(const Layer& layer) {
   return s;
 }
 
+RecurrentParams with_decomposition(const RecurrentParams& p, const Decomposition& d) {
+  RecurrentParams q = p;
+  q.panels_per_block = static_cast<int32_t>(d.panels_per_block);
+  q.batch_tile = static_cast<int32_t>(d.batch_tile);
+  q.proj_panels_per_block = static_cast<int32_t>(d.proj_panels_per_block);
+  q.proj_batch_tile = static_cast<int32_t>(d.proj_batch_tile);
+  q.batch_slices = static_cast<int32_t>(d.batch_slices);
+  return q;
+}
+
 ferry_status choose_recurrence(const CellShape& shape, size_t max_batch, const DeviceCaps& caps, Recurrence* out) {
   *out = Recurrence();
   const uint32_t G = shape.gates, H = shape.hidden, P = shape.h_out;

@@ -171,6 +171,9 @@ struct Recurrence {
   const char* reason = "";     // why not persistent
 };
 
+// `p` with the blocks' share of the work that `d` says.
+RecurrentParams with_decomposition(const RecurrentParams& p, const Decomposition& d);
+
 // FERRY_UNSUPPORTED (with the limit in the message) when even one sample of
 // a single step does not fit a block's shared memory.
 ferry_status choose_recurrence(const CellShape& shape, size_t max_batch, const DeviceCaps& caps, Recurrence* out);

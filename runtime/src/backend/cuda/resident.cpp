@@ -57,14 +57,13 @@ size_t block_bytes(const CellInfo* info, uint32_t n, const bool* in_shared, uint
 }  // namespace
 
 RecurrentParams resident_cell_params(const RecurrentParams& step, const ResidentPlan& plan, uint32_t ci) {
-  RecurrentParams p = step;
-  const ResidentCell& c = plan.cells[ci];
-  p.panels_per_block = static_cast<int32_t>(c.panels_per_block);
-  p.proj_panels_per_block = static_cast<int32_t>(c.proj_panels_per_block);
-  p.batch_tile = static_cast<int32_t>(plan.batch_tile);
-  p.proj_batch_tile = static_cast<int32_t>(plan.batch_tile);
-  p.batch_slices = static_cast<int32_t>(plan.batch_slices);
-  return p;
+  Decomposition d;
+  d.blocks = d.proj_blocks = plan.blocks;
+  d.panels_per_block = plan.cells[ci].panels_per_block;
+  d.proj_panels_per_block = plan.cells[ci].proj_panels_per_block;
+  d.batch_tile = d.proj_batch_tile = plan.batch_tile;
+  d.batch_slices = plan.batch_slices;
+  return with_decomposition(step, d);
 }
 
 ferry_status plan_resident(const ferry_model* m, size_t max_batch, const DeviceCaps& caps,
