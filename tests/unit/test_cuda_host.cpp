@@ -1722,10 +1722,11 @@ TEST(CudaHost, ResidentStepsThroughTheMailboxEqualTheLaunchedSteps) {
     fc::MailboxHost host;
     host.init(&box, fc::WaitPolicy());
     std::thread device([&] {
-      uint32_t served = 0;
+      uint32_t served = 0, polls = 0;
+      fc::mailbox_start(&box);
       for (;;) {
         fc::MailboxRequest q;
-        if (!fc::mailbox_poll(&box, served, &q)) {
+        if (!fc::mailbox_poll(&box, served, &polls, &q)) {
           std::this_thread::yield();
           continue;
         }

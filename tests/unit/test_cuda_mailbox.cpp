@@ -63,11 +63,12 @@ class FakeDevice {
 
  private:
   void run() {
-    uint32_t last = fc::mail_load(&box_->reply.done);
+    uint32_t last = fc::mail_load(&box_->reply.done), polls = 0;
     float state[kMaxBatch * kWidth] = {};
+    fc::mailbox_start(box_);
     for (;;) {
       fc::MailboxRequest r;
-      if (!fc::mailbox_poll(box_, last, &r)) {
+      if (!fc::mailbox_poll(box_, last, &polls, &r)) {
         if (quit.load()) return;
         std::this_thread::yield();
         continue;

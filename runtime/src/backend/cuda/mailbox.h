@@ -25,6 +25,7 @@
 // granule for host memory), so neither side's writes invalidate the line
 // the other polls.
 //
+// The kernel marks itself running once when it starts (mailbox_start).
 // Protocol, per request:
 //   host:   payload; command, batch, arg; then seq (release).
 //   kernel: sees seq != the last it served (acquire); copies the request
@@ -124,11 +125,18 @@ FERRY_HD uint32_t mail_next(uint32_t seq) { return seq == 0xFFFFFFFFu ? 1u : seq
 // Called by one thread of the resident kernel (which then shares the
 // request with its grid through a grid-wide sync).
 
+// The polls between two updates of reply.polls (each a write across the
+// bus: a poll is one read).
+constexpr uint32_t kPollsPublished = 64;
+
+// Once, when the kernel starts polling.
+FERRY_HD void mailbox_start(Mailbox* box) { mail_store(&box->reply.running, 1); }
+
 // A new request (its seq differs from `served`, the last one answered):
-// true and *out filled; false when there is none. Counts the poll.
-FERRY_HD bool mailbox_poll(Mailbox* box, uint32_t served, MailboxRequest* out) {
-  if (mail_load(&box->reply.running) == 0) mail_store(&box->reply.running, 1);
-  mail_store(&box->reply.polls, mail_load(&box->reply.polls) + 1);  // only the kernel writes it
+// true and *out filled; false when there is none. `*polls` counts the
+// caller's polls; every kPollsPublished-th goes to reply.polls.
+FERRY_HD bool mailbox_poll(Mailbox* box, uint32_t served, uint32_t* polls, MailboxRequest* out) {
+  if (++*polls % kPollsPublished == 0) mail_store(&box->reply.polls, *polls);  // only the kernel writes it
   const uint32_t seq = mail_load(&box->request.seq);
   if (seq == 0 || seq == served) return false;
   out->seq = seq;

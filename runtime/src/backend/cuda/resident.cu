@@ -95,14 +95,18 @@ __global__ void __launch_bounds__(kThreads, 1) resident_kernel(ResidentArgs a) {
   }
   __syncthreads();
   const bool leader = blockIdx.x == 0 && threadIdx.x == 0;
-  uint32_t served = leader ? mail_load(&a.box->reply.done) : 0u;
+  uint32_t served = 0, polls = 0;
+  if (leader) {
+    served = mail_load(&a.box->reply.done);
+    mailbox_start(a.box);
+  }
   for (;;) {
     if (blockIdx.x == 0) {
       if (threadIdx.x == 0) {
         MailboxRequest q;
-        uint32_t polls = 0, nap = 32;
-        while (!mailbox_poll(a.box, served, &q)) {
-          if (++polls > a.spin_polls) {
+        uint32_t idle = 0, nap = 32;
+        while (!mailbox_poll(a.box, served, &polls, &q)) {
+          if (++idle > a.spin_polls) {
             __nanosleep(nap);
             nap = nap * 2 < a.max_sleep_ns ? nap * 2 : a.max_sleep_ns;
           }
