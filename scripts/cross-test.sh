@@ -100,8 +100,11 @@ grep -E '^-- (Found|ferry)|Warning|ferry:' "$build/configure.log" || true
 say "ferry: building"
 cmake --build "$build/ferry" -j"$jobs"
 # Left out under qemu (they run natively in scripts/test.sh and under the
-# sanitizers): converter-side GPTQ calibration on the trained fixtures and
-# the CLI's quantization runs (CliQuantize), the CPU emulation of the CUDA
+# sanitizers): converter-side GPTQ (the calibration on the trained
+# fixtures, its scalar definition, the CLI's quantization runs), the
+# converter's other long sweeps (a legacy tar corrupted byte by byte, the
+# .pt2 graph walk's bound, every fixture script read as a model source),
+# the CPU emulation of the CUDA
 # kernels over the quantized op fixtures, the byte sweeps (every byte of
 # three model files corrupted in turn: the verifier's checks, integer code
 # that is the same on every target, and the sweep's thousands of model
@@ -110,7 +113,7 @@ cmake --build "$build/ferry" -j"$jobs"
 # runtime refuses on the target, stay). None exercises code the target runs
 # differently, and qemu-user's soft-float makes them 100-200x slower than
 # native. FERRY_QEMU_SKIP='' runs them too.
-qemu_skip=${FERRY_QEMU_SKIP-'^(QuantizedTrained\.(GptqIsDeterministic|Int4GptqHalves|Int8GptqWithin).*|CliQuantize\..*|CudaHost\.QuantizedOpFixturesMatchTheReferenceBackend|Fixtures/ByteSweep\..*|Files/BadCatalogue\.IsHandled/(checkpoints|sources)_.*)$'}
+qemu_skip=${FERRY_QEMU_SKIP-'^(QuantizedTrained\.(GptqIsDeterministic|Int4GptqHalves|Int8GptqWithin).*|Gptq\.Int[48]MatchesTheScalarDefinition|CliQuantize\..*|CudaHost\.QuantizedOpFixturesMatchTheReferenceBackend|Fixtures/ByteSweep\..*|Files/BadCatalogue\.IsHandled/(checkpoints|sources)_.*|LegacyTar\.CorruptionNeverCrashes|Pt2Chain\.WalkIsBoundedOnLongGraphs|Code\.TheFixtureScriptsAreModelSourcesToo)$'}
 say "ferry: running the test suite under $qemu${qemu_skip:+ (not: $qemu_skip)}"
 # shellcheck disable=SC2086
 ctest --test-dir "$build/ferry" --output-on-failure -j"$jobs" ${qemu_skip:+-E "$qemu_skip"} ${FERRY_CTEST_ARGS:-}
