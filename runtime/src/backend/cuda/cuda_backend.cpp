@@ -68,8 +68,7 @@ struct CudaSession {
   bool resident_stuck = false;     // a stop that was not confirmed: nothing it may write is given back
   char resident_note[160] = {};    // why a session that asked for it steps with launches
   cudaStream_t resident_stream = nullptr;
-  void* mailbox_registered = nullptr;
-  Mailbox* mailbox = nullptr;      // host view, in the arena
+  Mailbox* mailbox = nullptr;      // host view: its page of the arena, registered and mapped
   MailboxHost mail;
   ResidentArgs args{};
   uint32_t resident_blocks = 0;
@@ -338,8 +337,8 @@ void release_resources(CudaSession* cs) {
   }
   if (cs->resident_stream) cudaStreamDestroy(cs->resident_stream);
   cs->resident_stream = nullptr;
-  if (cs->mailbox_registered) cudaHostUnregister(cs->mailbox_registered);
-  cs->mailbox_registered = nullptr;
+  if (cs->mailbox) cudaHostUnregister(cs->mailbox);
+  cs->mailbox = nullptr;
   if (cs->stream) cudaStreamSynchronize(cs->stream);
   for (uint32_t c = 0; cs->x.cells && c < cs->x.model->num_cells; ++c) {
     CellRuntime& cell = cs->x.cells[c];
@@ -477,7 +476,7 @@ ferry_status setup_resident(CudaSession* cs, const SessionConfig& config, uint8_
   if ((e = cudaHostRegister(mailbox_page, page, cudaHostRegisterMapped)) != cudaSuccess) {
     return cuda_fail(FERRY_UNSUPPORTED, "cuda: cudaHostRegister of the resident kernel's mailbox", e);
   }
-  cs->mailbox_registered = mailbox_page;
+  cs->mailbox = reinterpret_cast<Mailbox*>(mailbox_page);
   void* box_device = nullptr;
   if ((e = cudaHostGetDevicePointer(&box_device, mailbox_page, 0)) != cudaSuccess) {
     return cuda_fail(FERRY_UNSUPPORTED, "cuda: cudaHostGetDevicePointer of the mailbox", e);
@@ -486,7 +485,6 @@ ferry_status setup_resident(CudaSession* cs, const SessionConfig& config, uint8_
     cs->resident_stream = nullptr;
     return cuda_fail(FERRY_UNSUPPORTED, "cuda: the resident kernel's stream", e);
   }
-  cs->mailbox = reinterpret_cast<Mailbox*>(mailbox_page);
   ResidentArgs& a = cs->args;
   a.box = static_cast<Mailbox*>(box_device);
   a.program = reinterpret_cast<const ProgramOp*>(device + rr.device);

@@ -70,15 +70,13 @@ ferry_status MailboxHost::fail_broken(ferry_status status, const char* format, .
   return fail(status, "%s", broken_message_);
 }
 
-ferry_status MailboxHost::post(uint32_t command, uint32_t batch, uint32_t* seq) {
-  const uint32_t next = mail_next(seq_);
+uint32_t MailboxHost::post(uint32_t command, uint32_t batch) {
+  seq_ = mail_next(seq_);
   box_->request.command = command;
   box_->request.batch = batch;
   box_->request.arg = 0;
-  mail_store(&box_->request.seq, next);  // the doorbell: after the words it publishes
-  seq_ = next;
-  *seq = next;
-  return FERRY_OK;
+  mail_store(&box_->request.seq, seq_);  // the doorbell: after the words it publishes
+  return seq_;
 }
 
 ferry_status MailboxHost::wait(uint32_t seq, uint32_t command, uint64_t timeout_us, bool stopping,
@@ -172,10 +170,9 @@ ferry_status MailboxHost::call(uint32_t command, uint32_t batch, WaitStats* stat
     return fail(FERRY_INVALID_ARGUMENT, "cuda resident kernel: command %u is not a request (%s)", command,
                 mail_command_name(command));
   }
-  uint32_t seq = 0;
-  ferry_status st = post(command, batch, &seq);
+  const uint32_t seq = post(command, batch);
+  const ferry_status st = wait(seq, command, policy_.timeout_us, false, stats);
   if (st != FERRY_OK) return st;
-  if ((st = wait(seq, command, policy_.timeout_us, false, stats)) != FERRY_OK) return st;
   answered_ = seq;
   const int32_t status = box_->reply.status;  // after the acquire of done == seq
   if (status != kMailOk) {
@@ -191,8 +188,7 @@ ferry_status MailboxHost::stop(uint64_t timeout_us) {
     // After a request that timed out the kernel may still be working on it;
     // it copied that request's words when it took it, so the stop may
     // overwrite them, and it serves the stop when it next polls.
-    ferry_status st = post(kMailStop, 0, &stop_seq_);
-    if (st != FERRY_OK) return st;
+    stop_seq_ = post(kMailStop, 0);
   }
   const ferry_status saved = broken_;
   char saved_message[sizeof(broken_message_)];

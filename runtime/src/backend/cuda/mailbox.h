@@ -223,7 +223,8 @@ class MailboxHost {
   void set_sequence_for_test(uint32_t seq) { seq_ = answered_ = seq; }
 
  private:
-  ferry_status post(uint32_t command, uint32_t batch, uint32_t* seq);
+  // Writes the request and rings: returns its sequence number.
+  uint32_t post(uint32_t command, uint32_t batch);
   // `stopping`: stop()'s wait, which outlasts abandon() and accepts any
   // earlier reply while the stop is pending.
   ferry_status wait(uint32_t seq, uint32_t command, uint64_t timeout_us, bool stopping, WaitStats* stats);

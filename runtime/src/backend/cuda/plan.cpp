@@ -245,6 +245,12 @@ CellShape cell_shape(const Layer& layer) {
   return s;
 }
 
+size_t block_shared_limit(const DeviceCaps& caps) {
+  size_t limit = caps.shared_per_block_optin;
+  if (caps.shared_per_sm >= 1024 && caps.shared_per_sm - 1024 < limit) limit = caps.shared_per_sm - 1024;
+  return limit;
+}
+
 RecurrentParams with_decomposition(const RecurrentParams& p, const Decomposition& d) {
   RecurrentParams q = p;
   q.panels_per_block = static_cast<int32_t>(d.panels_per_block);
@@ -269,10 +275,7 @@ ferry_status choose_recurrence(const CellShape& shape, size_t max_batch, const D
   // cells use few blocks.
   const uint32_t pref = max_u32(1, kWarps / max_u32(1, splits * groups));
   const uint32_t proj_pref = max_u32(1, kWarps * kVectorsPerWarp / max_u32(1, proj_splits * groups));
-  // A phase's shared memory is its samples' bytes plus at most 3 x 15 bytes
-  // of alignment (phase_shared); tiles are sized with this much spare.
-  constexpr size_t kAlignSpare = 64;
-  const size_t step_budget = kStepSharedBytes - kAlignSpare;
+  const size_t step_budget = kStepSharedBytes - kPhaseAlignSpare;
 
   Decomposition& st = out->step;
   st.panels_per_block = min_u32(pref, panels);
@@ -312,13 +315,12 @@ ferry_status choose_recurrence(const CellShape& shape, size_t max_batch, const D
   rs.batch_slices = max_u32(1, min_u32(caps.sm_count / rs.blocks, groups));
   rs.blocks *= rs.batch_slices;
   const size_t weights = align16(size_t{rs.panels_per_block} * panel_bytes(type, G, P));
-  size_t limit = caps.shared_per_block_optin;
-  if (caps.shared_per_sm >= 1024 && caps.shared_per_sm - 1024 < limit) limit = caps.shared_per_sm - 1024;
-  if (weights + kAlignSpare >= limit) {
+  const size_t limit = block_shared_limit(caps);
+  if (weights + kPhaseAlignSpare >= limit) {
     out->reason = "W_hh does not fit in the shared memory of one block per SM";
     return FERRY_OK;
   }
-  const size_t budget = limit - weights - kAlignSpare;
+  const size_t budget = limit - weights - kPhaseAlignSpare;
   rs.batch_tile = static_cast<uint32_t>(
       clamp_tile(budget / phase_sample_bytes(type, P, rs.panels_per_block * G * 8), max_batch));
   rs.shared_a = phase_a_bytes(type, G, P, rs.panels_per_block, rs.batch_tile);

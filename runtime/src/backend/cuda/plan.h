@@ -171,6 +171,15 @@ struct Recurrence {
   const char* reason = "";     // why not persistent
 };
 
+// The alignment padding a phase's shared memory may need beyond its
+// samples' bytes (phase_shared: at most 3 x 15 bytes); tiles are sized
+// with this much spare.
+constexpr size_t kPhaseAlignSpare = 64;
+
+// The dynamic shared memory one block may take when one block runs per SM:
+// min(the opt-in per-block maximum, the SM's shared memory - 1 KiB).
+size_t block_shared_limit(const DeviceCaps& caps);
+
 // `p` with the blocks' share of the work that `d` says.
 RecurrentParams with_decomposition(const RecurrentParams& p, const Decomposition& d);
 

@@ -8,8 +8,6 @@ namespace ferry {
 namespace cuda {
 namespace {
 
-constexpr size_t kAlignSpare = 64;  // a phase's alignment padding (as plan.cpp)
-
 uint32_t ceil_div_u32(uint32_t a, uint32_t b) { return (a + b - 1) / b; }
 
 // The stored bytes of a panel-layout matrix (scales not counted).
@@ -51,7 +49,7 @@ size_t block_bytes(const CellInfo* info, uint32_t n, const bool* in_shared, uint
     if (in_shared[i]) *weights += cells[i].slice_bytes;
     if (cells[i].work_bytes > *work) *work = cells[i].work_bytes;
   }
-  return *weights + *work + kAlignSpare;
+  return *weights + *work + kPhaseAlignSpare;
 }
 
 }  // namespace
@@ -70,8 +68,7 @@ ferry_status plan_resident(const ferry_model* m, size_t max_batch, const DeviceC
                            const ResidentOptions& options, ResidentPlan* out) {
   *out = ResidentPlan();
   if (max_batch == 0) return fail(FERRY_INVALID_ARGUMENT, "cuda resident plan: max_batch is 0");
-  size_t limit = caps.shared_per_block_optin;
-  if (caps.shared_per_sm >= 1024 && caps.shared_per_sm - 1024 < limit) limit = caps.shared_per_sm - 1024;
+  size_t limit = block_shared_limit(caps);
   limit = limit > options.kernel_static_shared ? limit - options.kernel_static_shared : 0;
   out->shared_limit = limit;
   if (!caps.cooperative_launch || caps.sm_count == 0) {

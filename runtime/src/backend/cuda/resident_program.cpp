@@ -118,41 +118,35 @@ ferry_status r_add(void* ctx, float* x, const float* y, size_t n) {
   op->y = y;
   return FERRY_OK;
 }
-ferry_status r_last(void* ctx, const LastParams& p) {
-  ProgramOp* op = append(rec(ctx), kProgLast);
+// An entry that keeps the call's parameters as they are (at_batch sets
+// their batch).
+template <class P, int32_t Kind, P ProgramOp::*Field>
+ferry_status r_params(void* ctx, const P& p) {
+  ProgramOp* op = append(rec(ctx), Kind);
   if (!op) return rec(ctx)->refused;
-  op->last = p;
-  return FERRY_OK;
-}
-ferry_status r_pool(void* ctx, const PoolParams& p) {
-  ProgramOp* op = append(rec(ctx), kProgPool);
-  if (!op) return rec(ctx)->refused;
-  op->pool = p;
-  return FERRY_OK;
-}
-ferry_status r_embed(void* ctx, const EmbedParams& p) {
-  ProgramOp* op = append(rec(ctx), kProgEmbed);
-  if (!op) return rec(ctx)->refused;
-  op->embed = p;
-  return FERRY_OK;
-}
-ferry_status r_ingest(void* ctx, const IngestParams& p) {
-  ProgramOp* op = append(rec(ctx), kProgIngest);
-  if (!op) return rec(ctx)->refused;
-  op->ingest = p;
-  return FERRY_OK;
-}
-ferry_status r_emit(void* ctx, const EmitParams& p) {
-  ProgramOp* op = append(rec(ctx), kProgEmit);
-  if (!op) return rec(ctx)->refused;
-  op->emit = p;
+  op->*Field = p;
   return FERRY_OK;
 }
 ferry_status r_finish(void*) { return FERRY_OK; }
 
-const DeviceOps kRecordingOps = {no_copy,  no_copy,     r_copy,       r_zero, r_gemm,  r_quantize,
-                                 r_conv,   r_conv_state, r_recurrent, r_pointwise, r_rows, r_add,
-                                 r_last,   r_pool,      r_embed,      r_ingest, r_emit, r_finish};
+const DeviceOps kRecordingOps = {no_copy,
+                                 no_copy,
+                                 r_copy,
+                                 r_zero,
+                                 r_gemm,
+                                 r_quantize,
+                                 r_conv,
+                                 r_conv_state,
+                                 r_recurrent,
+                                 r_pointwise,
+                                 r_rows,
+                                 r_add,
+                                 r_params<LastParams, kProgLast, &ProgramOp::last>,
+                                 r_params<PoolParams, kProgPool, &ProgramOp::pool>,
+                                 r_params<EmbedParams, kProgEmbed, &ProgramOp::embed>,
+                                 r_params<IngestParams, kProgIngest, &ProgramOp::ingest>,
+                                 r_params<EmitParams, kProgEmit, &ProgramOp::emit>,
+                                 r_finish};
 
 }  // namespace
 
